@@ -1,0 +1,107 @@
+"""The one small interface every GPU runtime implements.
+
+The rest of the package never names cuda or hip: it asks `factory.backends.get_backend()` for a
+Backend and talks to it through these methods. Compilation is a plain function of (source, arch,
+options) so candidates can be compiled in worker processes and on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+class BackendError(RuntimeError):
+    """A runtime or compiler call failed; the message carries the runtime's own error text."""
+
+
+class CompileError(BackendError):
+    """The runtime compiler rejected a source; `log` holds the compiler output."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message if not log else f"{message}\n{log}")
+        self.log = log
+
+
+class BackendKind(enum.Enum):
+    CUDA = "cuda"
+    HIP = "hip"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a tuning result depends on: a winner is served only to an identical DeviceInfo."""
+
+    backend: BackendKind
+    arch: str  # "sm_90", "gfx90a"
+    name: str
+    sm_count: int
+    driver_version: str
+    compiler_version: str
+
+
+@dataclass(frozen=True)
+class CompiledBinary:
+    """A loadable code object (cubin / hsaco) and what produced it."""
+
+    binary: bytes
+    arch: str
+    compiler_version: str
+    log: str = ""
+
+
+# Kernel arguments are ctypes scalars, in the kernel's parameter order:
+# c_uint64 for device pointers, c_int32 / c_int64 / c_float for values.
+KernelArg = ctypes.c_uint64 | ctypes.c_int32 | ctypes.c_int64 | ctypes.c_float
+
+
+class LoadedKernel(Protocol):
+    """A kernel function resolved in a loaded module; launching is the backend's job."""
+
+    name: str
+
+
+class Backend(Protocol):
+    kind: BackendKind
+
+    def device_info(self) -> DeviceInfo: ...
+
+    def compile(self, source: str, arch: str, options: Sequence[str] = ()) -> CompiledBinary: ...
+
+    def compiler_version(self) -> str: ...
+
+    def load(self, binary: bytes, kernel_name: str) -> LoadedKernel: ...
+
+    def launch(
+        self,
+        kernel: LoadedKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None: ...
+
+    # Memory: device pointers are plain ints.
+    def alloc(self, nbytes: int) -> int: ...
+
+    def free(self, ptr: int) -> None: ...
+
+    def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None: ...
+
+    def copy_to_device(self, ptr: int, data: bytes | memoryview) -> None: ...
+
+    def copy_from_device(self, ptr: int, nbytes: int) -> bytes: ...
+
+    # Timing and ordering.
+    def event_create(self) -> int: ...
+
+    def event_record(self, event: int, stream: int = 0) -> None: ...
+
+    def event_elapsed_ms(self, start: int, end: int) -> float: ...
+
+    def event_destroy(self, event: int) -> None: ...
+
+    def synchronize(self, stream: int = 0) -> None: ...

@@ -1,0 +1,355 @@
+"""Problem vocabulary: enums for op / layout / dtype and one frozen dataclass per op problem.
+
+Strings from users are parsed here, once, at the edge; everything below works on these types.
+C and K are channels *per group* (CK's convention).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+
+class KernelFactoryError(Exception):
+    """Base of every error the library raises on purpose."""
+
+
+class InvalidProblem(KernelFactoryError, ValueError):
+    """A problem field holds a value no convolution can have."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"invalid {field_name}: {message}")
+        self.field = field_name
+
+
+class UnsupportedProblem(KernelFactoryError):
+    """A valid problem that no kernel family of this op covers."""
+
+
+class ProblemSyntaxError(KernelFactoryError, ValueError):
+    """A problem string that does not parse; names the bad token."""
+
+
+class Op(enum.Enum):
+    CONV_BWD_WEIGHT = "conv_bwd_weight"
+
+    @classmethod
+    def parse(cls, text: str) -> "Op":
+        return _parse_enum(cls, text, "op")
+
+
+class Layout(enum.Enum):
+    """Memory orders of (input, weight, output), outermost first, spelled for 2-D.
+
+    1-D and 3-D drop or add spatial letters (NWGC, NDHWGC, ...); the enum is rank-free.
+    """
+
+    NHWGC = "nhwgc"  # NHWGC / GKYXC / NHWGK  (PyTorch channels_last)
+    NGCHW = "ngchw"  # NGCHW / GKCYX / NGKHW  (PyTorch default)
+    NGCHW_GKYXC = "ngchw_gkyxc"  # NGCHW / GKYXC / NGKHW
+    GNHWC = "gnhwc"  # GNHWC / GKYXC / GNHWK
+
+    @property
+    def input_order(self) -> str:
+        """Order of the activation tensor with 'S' standing for all spatial dims."""
+        return {"nhwgc": "NSGC", "ngchw": "NGCS", "ngchw_gkyxc": "NGCS", "gnhwc": "GNSC"}[self.value]
+
+    @property
+    def weight_order(self) -> str:
+        return {"nhwgc": "GKSC", "ngchw": "GKCS", "ngchw_gkyxc": "GKSC", "gnhwc": "GKSC"}[self.value]
+
+    @property
+    def output_order(self) -> str:
+        return self.input_order.replace("C", "K")
+
+    def spelled(self, ndim: int) -> str:
+        """Human spelling of the triple for a rank, e.g. NDHWGC/GKZYXC/NDHWGK."""
+        act = {1: "W", 2: "HW", 3: "DHW"}[ndim]
+        wei = {1: "X", 2: "YX", 3: "ZYX"}[ndim]
+        parts = (self.input_order, self.weight_order, self.output_order)
+        return "/".join(p.replace("S", wei if i == 1 else act) for i, p in enumerate(parts))
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        key = text.strip().lower().replace("-", "_").replace("/", "_")
+        for rank_free, spellings in _LAYOUT_ALIASES.items():
+            if key in spellings:
+                return rank_free
+        return _parse_enum(cls, text, "layout")
+
+
+def _layout_aliases() -> dict[Layout, set[str]]:
+    aliases: dict[Layout, set[str]] = {}
+    for layout in Layout:
+        names = {layout.value}
+        for ndim in (1, 2, 3):
+            triple = layout.spelled(ndim).lower()
+            names.add(triple.replace("/", "_"))
+            if layout is not Layout.NGCHW_GKYXC:
+                names.add(triple.split("/")[0])
+        aliases[layout] = names
+    return aliases
+
+
+class DType(enum.Enum):
+    """Element types of (input, output-gradient) and of the weight-gradient, with the accumulator."""
+
+    FP16 = "fp16"
+    BF16 = "bf16"
+    BF16_FP32W = "bf16_fp32w"  # bf16 tensors, fp32 weight-gradient
+    FP32 = "fp32"
+    INT8 = "int8"  # int8 tensors, int32 accumulation and int32 weight-gradient
+
+    @property
+    def tensor(self) -> "Scalar":
+        return {
+            "fp16": Scalar.F16,
+            "bf16": Scalar.BF16,
+            "bf16_fp32w": Scalar.BF16,
+            "fp32": Scalar.F32,
+            "int8": Scalar.I8,
+        }[self.value]
+
+    @property
+    def weight(self) -> "Scalar":
+        return {
+            "fp16": Scalar.F16,
+            "bf16": Scalar.BF16,
+            "bf16_fp32w": Scalar.F32,
+            "fp32": Scalar.F32,
+            "int8": Scalar.I32,
+        }[self.value]
+
+    @property
+    def accumulator(self) -> "Scalar":
+        return Scalar.I32 if self is DType.INT8 else Scalar.F32
+
+    @classmethod
+    def parse(cls, text: str) -> "DType":
+        return _parse_enum(cls, text, "dtype")
+
+
+class Scalar(enum.Enum):
+    """A storage element type: its C++ spelling, numpy name and size."""
+
+    F16 = ("half", "float16", 2)
+    BF16 = ("bf16_t", "bfloat16", 2)
+    F32 = ("float", "float32", 4)
+    I8 = ("int8_t", "int8", 1)
+    I32 = ("int32_t", "int32", 4)
+
+    @property
+    def cpp(self) -> str:
+        return self.value[0]
+
+    @property
+    def numpy_name(self) -> str:
+        return self.value[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.value[2]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (Scalar.F16, Scalar.BF16, Scalar.F32)
+
+
+def _parse_enum(cls: type[enum.Enum], text: str, what: str):
+    key = text.strip().lower()
+    for member in cls:
+        if member.value == key:
+            return member
+    choices = ", ".join(m.value for m in cls)
+    raise ProblemSyntaxError(f"unknown {what} {text!r}; choose one of: {choices}")
+
+
+_LAYOUT_ALIASES = _layout_aliases()
+
+
+def _out_size(size: int, filt: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (filt - 1) - 1) // stride + 1
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """A grouped N-D convolution as seen by its backward passes.
+
+    `input` and `filter` are spatial sizes outermost first (D, H, W); stride, pad and dilation have
+    one entry per spatial dim (pad is applied on both sides).
+    """
+
+    N: int
+    G: int
+    C: int
+    K: int
+    input: tuple[int, ...]
+    filter: tuple[int, ...]
+    stride: tuple[int, ...]
+    pad: tuple[int, ...]
+    dilation: tuple[int, ...]
+    layout: Layout = Layout.NHWGC
+    dtype: DType = DType.FP16
+    op: Op = field(default=Op.CONV_BWD_WEIGHT)
+
+    def __post_init__(self) -> None:
+        for name in ("N", "G", "C", "K"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidProblem(name, f"must be a positive integer, got {value!r}")
+        ndim = len(self.input)
+        if ndim not in (1, 2, 3):
+            raise InvalidProblem("input", f"needs 1, 2 or 3 spatial sizes, got {len(self.input)}")
+        for name in ("filter", "stride", "pad", "dilation"):
+            seq = getattr(self, name)
+            if len(seq) != ndim:
+                raise InvalidProblem(name, f"needs {ndim} entries to match input, got {len(seq)}")
+        for name, minimum in (("input", 1), ("filter", 1), ("stride", 1), ("dilation", 1), ("pad", 0)):
+            for value in getattr(self, name):
+                if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                    raise InvalidProblem(name, f"entries must be integers >= {minimum}, got {getattr(self, name)}")
+        for d in range(ndim):
+            span = self.dilation[d] * (self.filter[d] - 1) + 1
+            if span > self.input[d] + 2 * self.pad[d]:
+                raise InvalidProblem(
+                    "filter",
+                    f"dilated filter extent {span} exceeds padded input {self.input[d] + 2 * self.pad[d]} in dim {d}",
+                )
+        if not isinstance(self.layout, Layout):
+            raise InvalidProblem("layout", f"must be a Layout, got {self.layout!r}")
+        if not isinstance(self.dtype, DType):
+            raise InvalidProblem("dtype", f"must be a DType, got {self.dtype!r}")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.input)
+
+    @property
+    def output(self) -> tuple[int, ...]:
+        return tuple(
+            _out_size(self.input[d], self.filter[d], self.stride[d], self.pad[d], self.dilation[d])
+            for d in range(self.ndim)
+        )
+
+    @property
+    def filter_volume(self) -> int:
+        return math.prod(self.filter)
+
+    @property
+    def input_shape_logical(self) -> tuple[int, ...]:
+        """(N, G, C, *spatial): the order the references compute in."""
+        return (self.N, self.G, self.C, *self.input)
+
+    @property
+    def output_shape_logical(self) -> tuple[int, ...]:
+        return (self.N, self.G, self.K, *self.output)
+
+    @property
+    def weight_shape_logical(self) -> tuple[int, ...]:
+        return (self.G, self.K, self.C, *self.filter)
+
+    def element_count_max(self) -> int:
+        return max(
+            math.prod(self.input_shape_logical),
+            math.prod(self.output_shape_logical),
+            math.prod(self.weight_shape_logical),
+        )
+
+    @property
+    def macs(self) -> int:
+        return self.N * self.G * self.K * self.C * math.prod(self.output) * self.filter_volume
+
+    @property
+    def min_bytes(self) -> int:
+        """Each input read once, the weight-gradient written once."""
+        t = self.dtype.tensor.nbytes
+        return (
+            math.prod(self.input_shape_logical) * t
+            + math.prod(self.output_shape_logical) * t
+            + math.prod(self.weight_shape_logical) * self.dtype.weight.nbytes
+        )
+
+    @property
+    def key(self) -> str:
+        """Canonical, order-stable text key (the tuning DB's problem key)."""
+        def dims(v: tuple[int, ...]) -> str:
+            return "x".join(str(x) for x in v)
+
+        return (
+            f"{self.op.value}:{self.layout.value}:{self.dtype.value}:{self.ndim}d:"
+            f"N={self.N},G={self.G},C={self.C},K={self.K},input={dims(self.input)},filter={dims(self.filter)},"
+            f"stride={dims(self.stride)},pad={dims(self.pad)},dilation={dims(self.dilation)}"
+        )
+
+    def spec(self) -> str:
+        """The --problem string that parses back to this problem's sizes."""
+        return self.key.split(":", 4)[4]
+
+
+_CONV_FIELDS = ("N", "G", "C", "K", "input", "filter", "stride", "pad", "dilation")
+
+
+def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV_BWD_WEIGHT) -> ConvProblem:
+    """Parse 'N=32,G=32,C=4,K=4,input=56x56,filter=3x3,stride=1,pad=1,dilation=1'.
+
+    stride/pad/dilation may be one number for all dims; they default to 1/0/1.
+    """
+    values: dict[str, str] = {}
+    for token in (t.strip() for t in spec.split(",")):
+        if not token:
+            continue
+        if "=" not in token:
+            raise ProblemSyntaxError(f"bad token {token!r} in problem: expected name=value")
+        name, _, value = (s.strip() for s in token.partition("="))
+        canon = {f.lower(): f for f in _CONV_FIELDS}.get(name.lower())
+        if canon is None:
+            raise ProblemSyntaxError(f"bad token {token!r} in problem: unknown field {name!r}; fields: {', '.join(_CONV_FIELDS)}")
+        if canon in values:
+            raise ProblemSyntaxError(f"bad token {token!r} in problem: {canon} given twice")
+        values[canon] = value
+    for required in ("N", "G", "C", "K", "input", "filter"):
+        if required not in values:
+            raise ProblemSyntaxError(f"problem is missing {required}= (fields: {', '.join(_CONV_FIELDS)})")
+    scalars = {name: _parse_int(values[name], name) for name in ("N", "G", "C", "K")}
+    spatial_in = _parse_dims(values["input"], "input")
+    ndim = len(spatial_in)
+
+    def per_dim(name: str, default: int) -> tuple[int, ...]:
+        if name not in values:
+            return (default,) * ndim
+        dims = _parse_dims(values[name], name)
+        return dims * ndim if len(dims) == 1 and ndim > 1 else dims
+
+    return ConvProblem(
+        **scalars,
+        input=spatial_in,
+        filter=per_dim("filter", 1),
+        stride=per_dim("stride", 1),
+        pad=per_dim("pad", 0),
+        dilation=per_dim("dilation", 1),
+        layout=layout,
+        dtype=dtype,
+        op=op,
+    )
+
+
+def _parse_int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ProblemSyntaxError(f"bad token {name}={text!r} in problem: {text!r} is not an integer") from None
+
+
+def _parse_dims(text: str, name: str) -> tuple[int, ...]:
+    parts = text.lower().split("x")
+    return tuple(_parse_int(p, name) for p in parts)
+
+
+def supported_cells_text(cells: Iterable[tuple[Layout, DType, int]]) -> str:
+    """A compact listing of supported (layout, dtype, ndim) cells for error messages."""
+    grouped: dict[tuple[Layout, DType], list[int]] = {}
+    for layout, dtype, ndim in sorted(cells, key=lambda c: (c[0].value, c[1].value, c[2])):
+        grouped.setdefault((layout, dtype), []).append(ndim)
+    return "; ".join(f"{l.value}/{d.value}: {','.join(f'{n}D' for n in nd)}" for (l, d), nd in grouped.items())

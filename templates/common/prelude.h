@@ -1,0 +1,59 @@
+// kernel-factory prelude: one spelling of the device language for hiprtc, hipcc and NVRTC.
+// Kernels are written in HIP C++; on NVIDIA this header maps the few HIP-only spellings to CUDA.
+#pragma once
+#if defined(__HIPCC_RTC__)
+  // hiprtc: the HIP runtime header and the fp16 types are predefined.
+  #define KF_HIP 1
+#elif defined(__HIP__) || defined(__HIP_PLATFORM_AMD__)
+  #include <hip/hip_runtime.h>
+  #include <hip/hip_fp16.h>
+  #define KF_HIP 1
+#else
+  #include "hip_on_cuda.h"
+#endif
+
+typedef __half f16_t;
+#ifndef KF_HAVE_STDINT
+typedef signed char int8_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#endif
+
+// bf16 as raw bits with round-to-nearest-even conversion: portable across all three compilers.
+struct bf16_t { unsigned short bits; };
+
+__device__ __forceinline__ float kf_to_float(float x) { return x; }
+__device__ __forceinline__ float kf_to_float(f16_t x) { return __half2float(x); }
+__device__ __forceinline__ float kf_to_float(bf16_t x) { return __uint_as_float(((unsigned int)x.bits) << 16); }
+__device__ __forceinline__ int kf_to_int(int8_t x) { return (int)x; }
+__device__ __forceinline__ int kf_to_int(int x) { return x; }
+
+template <typename T> __device__ __forceinline__ T kf_from_float(float x);
+template <> __device__ __forceinline__ float kf_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ f16_t kf_from_float<f16_t>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ bf16_t kf_from_float<bf16_t>(float x) {
+  unsigned int u = __float_as_uint(x);
+  bf16_t r;
+  if ((u & 0x7fffffffu) > 0x7f800000u) { r.bits = 0x7fc0; return r; }  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  r.bits = (unsigned short)(u >> 16);
+  return r;
+}
+
+// Accumulator <-> storage conversions used by the templates: ACC is float or int.
+template <typename ACC, typename T> __device__ __forceinline__ ACC kf_load_acc(T x);
+template <> __device__ __forceinline__ float kf_load_acc<float, float>(float x) { return x; }
+template <> __device__ __forceinline__ float kf_load_acc<float, f16_t>(f16_t x) { return kf_to_float(x); }
+template <> __device__ __forceinline__ float kf_load_acc<float, bf16_t>(bf16_t x) { return kf_to_float(x); }
+template <> __device__ __forceinline__ int kf_load_acc<int, int8_t>(int8_t x) { return (int)x; }
+
+template <typename T, typename ACC> __device__ __forceinline__ T kf_store_acc(ACC x);
+template <> __device__ __forceinline__ float kf_store_acc<float, float>(float x) { return x; }
+template <> __device__ __forceinline__ f16_t kf_store_acc<f16_t, float>(float x) { return kf_from_float<f16_t>(x); }
+template <> __device__ __forceinline__ bf16_t kf_store_acc<bf16_t, float>(float x) { return kf_from_float<bf16_t>(x); }
+template <> __device__ __forceinline__ int kf_store_acc<int, int>(int x) { return x; }
+
+// A naturally aligned vector of N elements for wide loads.
+template <typename T, int N> struct alignas(sizeof(T) * N) kf_vec { T v[N]; };

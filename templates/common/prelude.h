@@ -7,6 +7,7 @@
 #elif defined(__HIP__) || defined(__HIP_PLATFORM_AMD__)
   #include <hip/hip_runtime.h>
   #include <hip/hip_fp16.h>
+  #define KF_HAVE_STDINT 1
   #define KF_HIP 1
 #else
   #include "hip_on_cuda.h"
@@ -57,3 +58,13 @@ template <> __device__ __forceinline__ int kf_store_acc<int, int>(int x) { retur
 
 // A naturally aligned vector of N elements for wide loads.
 template <typename T, int N> struct alignas(sizeof(T) * N) kf_vec { T v[N]; };
+
+// Sum over a warp (32 lanes on NVIDIA, warpSize = 64 on CDNA); every lane gets the total.
+template <typename T> __device__ __forceinline__ T kf_warp_sum(T v) {
+#if defined(KF_CUDA)
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+#else
+  for (int o = warpSize / 2; o > 0; o >>= 1) v += __shfl_xor(v, o);
+#endif
+  return v;
+}

@@ -1,0 +1,231 @@
+"""NVIDIA backend: NVRTC compiles the HIP-spelled source (through the prelude's CUDA branch) to a
+cubin for the device's exact arch; the driver API loads and launches it on the caller's stream.
+
+Cubin, not PTX: a driver older than the compiler cannot JIT newer PTX, but loads its cubin.
+cuda-python is imported lazily so the package imports on machines without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+
+from .base import BackendError, BackendKind, CompiledBinary, CompileError, DeviceInfo, KernelArg
+
+
+def _nvrtc() -> Any:
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise BackendError("the cuda backend needs cuda-python: pip install 'kernel-factory[cuda]'") from exc
+    return nvrtc
+
+
+def _driver() -> Any:
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:  # pragma: no cover
+        raise BackendError("the cuda backend needs cuda-python: pip install 'kernel-factory[cuda]'") from exc
+    return driver
+
+
+def _check(result: Any, what: str) -> Any:
+    """cuda-python returns (status, *values); raise on a non-success status, else return the values."""
+    status, *values = result if isinstance(result, tuple) else (result,)
+    if int(status) != 0:
+        raise BackendError(f"{what} failed: {_error_text(status)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _error_text(status: Any) -> str:
+    name = getattr(status, "name", str(status))
+    try:
+        driver = _driver()
+        if isinstance(status, driver.CUresult):
+            err, text = driver.cuGetErrorString(status)
+            if int(err) == 0 and text:
+                return f"{name} ({text.decode()})"
+    except Exception:  # noqa: BLE001 - best-effort decoration of an error already being raised
+        pass
+    return name
+
+
+@lru_cache(maxsize=1)
+def cuda_include_dir() -> str | None:
+    """Where cuda_fp16.h lives: $KFACTORY_CUDA_INCLUDE, the cudart wheel's headers, or the toolkit's."""
+    env = os.environ.get("KFACTORY_CUDA_INCLUDE")
+    if env:
+        return env
+    try:
+        from cuda import pathfinder
+
+        found = pathfinder.find_nvidia_header_directory("cudart")
+        if found:
+            return str(found)
+    except Exception:  # noqa: BLE001 - fall through to the toolkit locations
+        pass
+    for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if candidate and os.path.isfile(os.path.join(candidate, "include", "cuda_fp16.h")):
+            return os.path.join(candidate, "include")
+    return None
+
+
+def nvrtc_version() -> str:
+    major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return f"nvrtc {major}.{minor}"
+
+
+def compile_cuda(source: str, arch: str, options: Sequence[str] = ()) -> CompiledBinary:
+    """Compile to a cubin for `arch` (e.g. "sm_90"); needs no GPU, so it runs in worker processes."""
+    nvrtc = _nvrtc()
+    include = cuda_include_dir()
+    if include is None:
+        raise CompileError(
+            "cannot find the CUDA headers (cuda_fp16.h): install nvidia-cuda-runtime headers, "
+            "or set KFACTORY_CUDA_INCLUDE to a CUDA include directory"
+        )
+    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []), "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{include}", "-default-device", *options]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        log = _program_log(nvrtc, prog)
+        if int(status) != 0:
+            raise CompileError(f"NVRTC failed for {arch}: {status.name}", log)
+        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        buf = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+        return CompiledBinary(bytes(buf), arch, nvrtc_version(), log)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _program_log(nvrtc: Any, prog: Any) -> str:
+    size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+    buf = b" " * size
+    _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+    return buf.rstrip(b"\x00 ").decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    name: str
+    module: Any
+    function: Any
+
+
+class CudaBackend:
+    """One device (ordinal `device`), its primary context (the one PyTorch and CuPy use)."""
+
+    kind = BackendKind.CUDA
+
+    def __init__(self, device: int = 0) -> None:
+        driver = _driver()
+        _check(driver.cuInit(0), "cuInit")
+        count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+        if device >= count:
+            raise BackendError(f"CUDA device {device} requested, {count} present")
+        self._driver = driver
+        self._device = _check(driver.cuDeviceGet(device), "cuDeviceGet")
+        self._context = _check(driver.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
+        self._make_current()
+        self._info: DeviceInfo | None = None
+
+    def _make_current(self) -> None:
+        _check(self._driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
+
+    def _attr(self, attribute: Any) -> int:
+        return int(_check(self._driver.cuDeviceGetAttribute(attribute, self._device), "cuDeviceGetAttribute"))
+
+    def device_info(self) -> DeviceInfo:
+        if self._info is None:
+            d = self._driver
+            attrs = d.CUdevice_attribute
+            major = self._attr(attrs.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            minor = self._attr(attrs.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            sms = self._attr(attrs.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            name = _check(d.cuDeviceGetName(256, self._device), "cuDeviceGetName")
+            driver_version = int(_check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
+            self._info = DeviceInfo(
+                backend=BackendKind.CUDA,
+                arch=f"sm_{major}{minor}",
+                name=name.split(b"\x00")[0].decode(),
+                sm_count=sms,
+                driver_version=f"{driver_version // 1000}.{(driver_version % 1000) // 10}",
+                compiler_version=self.compiler_version(),
+            )
+        return self._info
+
+    def compiler_version(self) -> str:
+        return nvrtc_version()
+
+    def compile(self, source: str, arch: str, options: Sequence[str] = ()) -> CompiledBinary:
+        return compile_cuda(source, arch, options)
+
+    def load(self, binary: bytes, kernel_name: str) -> CudaKernel:
+        self._make_current()
+        module = _check(self._driver.cuModuleLoadData(binary), "cuModuleLoadData")
+        function = _check(self._driver.cuModuleGetFunction(module, kernel_name.encode()), "cuModuleGetFunction")
+        return CudaKernel(kernel_name, module, function)
+
+    def launch(
+        self,
+        kernel: CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        addresses = np.array([ctypes.addressof(a) for a in args], dtype=np.uint64)
+        _check(
+            self._driver.cuLaunchKernel(
+                kernel.function, *grid, *block, shared_bytes, stream, addresses.ctypes.data, 0
+            ),
+            f"cuLaunchKernel({kernel.name})",
+        )
+
+    def alloc(self, nbytes: int) -> int:
+        self._make_current()
+        return int(_check(self._driver.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc"))
+
+    def free(self, ptr: int) -> None:
+        _check(self._driver.cuMemFree(ptr), "cuMemFree")
+
+    def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
+        _check(self._driver.cuMemsetD8Async(ptr, byte, nbytes, stream), "cuMemsetD8Async")
+
+    def copy_to_device(self, ptr: int, data: bytes | memoryview) -> None:
+        data = bytes(data)
+        _check(self._driver.cuMemcpyHtoD(ptr, data, len(data)), "cuMemcpyHtoD")
+
+    def copy_from_device(self, ptr: int, nbytes: int) -> bytes:
+        out = bytearray(nbytes)
+        host = (ctypes.c_char * nbytes).from_buffer(out)
+        _check(self._driver.cuMemcpyDtoH(host, ptr, nbytes), "cuMemcpyDtoH")
+        return bytes(out)
+
+    def event_create(self) -> int:
+        return _check(self._driver.cuEventCreate(0), "cuEventCreate")
+
+    def event_record(self, event: Any, stream: int = 0) -> None:
+        _check(self._driver.cuEventRecord(event, stream), "cuEventRecord")
+
+    def event_elapsed_ms(self, start: Any, end: Any) -> float:
+        _check(self._driver.cuEventSynchronize(end), "cuEventSynchronize")
+        return float(_check(self._driver.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+    def event_destroy(self, event: Any) -> None:
+        _check(self._driver.cuEventDestroy(event), "cuEventDestroy")
+
+    def synchronize(self, stream: int = 0) -> None:
+        if stream:
+            _check(self._driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        else:
+            _check(self._driver.cuCtxSynchronize(), "cuCtxSynchronize")

@@ -1,0 +1,259 @@
+"""AMD backend: hiprtc for compilation, the HIP module API for loading and launching.
+
+Both come from hip-python (``from hip import hip, hiprtc``), imported only when first needed so
+that this module imports on machines without ROCm or hip-python. hip-python reports a missing
+shared library as RuntimeError when a function is first called; that and every non-success
+status become BackendError here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+from factory.backends.base import (
+    BackendError,
+    BackendKind,
+    CompiledBinary,
+    CompileError,
+    DeviceInfo,
+    KernelArg,
+)
+
+# Placed before caller options so that callers can override them.
+DEFAULT_OPTIONS: tuple[str, ...] = (
+    "-O3",
+    "-std=c++17",
+    "-Wno-pragma-once-outside-header",  # the prelude is inlined into the main file
+)
+PROGRAM_NAME = b"kernel.hip"
+_ARG_TYPES = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float)
+
+
+_NO_HIP_PYTHON = "hip-python is not installed (pip install 'kernel-factory[hip]')"
+
+
+def _runtime() -> ModuleType:
+    try:
+        from hip import hip
+    except ImportError as exc:
+        raise BackendError(f"{_NO_HIP_PYTHON}: {exc}") from exc
+    return hip
+
+
+def _rtc() -> ModuleType:
+    try:
+        from hip import hiprtc
+    except ImportError as exc:
+        raise BackendError(f"{_NO_HIP_PYTHON}: {exc}") from exc
+    return hiprtc
+
+
+def _status_text(status: Any) -> str:
+    """'hipErrorNoDevice: no ROCm-capable device is detected', best effort."""
+    name = getattr(status, "name", str(status))
+    try:
+        if name.startswith("HIPRTC"):
+            (text,) = _rtc().hiprtcGetErrorString(status)
+        else:
+            _, text = _runtime().hipGetErrorString(status)
+        text = str(text) if text is not None else ""
+    except Exception:  # the message is a courtesy; the name is what matters
+        text = ""
+    return f"{name}: {text}" if text and text != name else name
+
+
+def _call(what: str, fn: Callable[..., tuple], *args: Any) -> Any:
+    """Run one hip-python call; return its outputs, raise BackendError on any failure."""
+    try:
+        status, *outputs = fn(*args)
+    except BackendError:
+        raise
+    except RuntimeError as exc:  # hip-python could not open the library or find the symbol
+        raise BackendError(f"{what}: {exc}") from exc
+    if int(status) != 0:  # hipSuccess and HIPRTC_SUCCESS are both 0
+        raise BackendError(f"{what} failed: {_status_text(status)}")
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def hiprtc_version() -> str:
+    """The runtime compiler's version, part of every tuning key."""
+    major, minor = _call("hiprtcVersion", _rtc().hiprtcVersion)
+    return f"hiprtc {major}.{minor}"
+
+
+def _program_log(hiprtc: ModuleType, prog: Any) -> str:
+    size = _call("hiprtcGetProgramLogSize", hiprtc.hiprtcGetProgramLogSize, prog)
+    if not size:
+        return ""
+    log = bytearray(size)
+    _call("hiprtcGetProgramLog", hiprtc.hiprtcGetProgramLog, prog, log)
+    return log.decode(errors="replace").rstrip("\x00")
+
+
+def compile_hip(source: str, arch: str, options: tuple[str, ...] = ()) -> CompiledBinary:
+    """Compile HIP source to a code object with hiprtc; needs no device, so workers can call it."""
+    hiprtc = _rtc()
+    version = hiprtc_version()
+    prog = _call(
+        "hiprtcCreateProgram", hiprtc.hiprtcCreateProgram, source.encode(), PROGRAM_NAME, 0, [], []
+    )
+    try:
+        flags = [f"--offload-arch={arch}", *DEFAULT_OPTIONS, *options]
+        encoded = [f.encode() for f in flags]
+        (status,) = hiprtc.hiprtcCompileProgram(prog, len(encoded), encoded)
+        log = _program_log(hiprtc, prog)
+        if int(status) != 0:
+            raise CompileError(f"hiprtc compile for {arch} failed: {_status_text(status)}", log)
+        size = _call("hiprtcGetCodeSize", hiprtc.hiprtcGetCodeSize, prog)
+        code = bytearray(size)
+        _call("hiprtcGetCode", hiprtc.hiprtcGetCode, prog, code)
+    finally:
+        hiprtc.hiprtcDestroyProgram(prog.createRef())
+    if not code:
+        raise CompileError(f"hiprtc compile for {arch} produced no code object", log)
+    return CompiledBinary(binary=bytes(code), arch=arch, compiler_version=version, log=log)
+
+
+@dataclass(frozen=True)
+class HipKernel:
+    """A kernel resolved in a loaded module; the module handle keeps it alive."""
+
+    name: str
+    module: Any = field(repr=False)
+    function: Any = field(repr=False)
+
+
+def _check_args(args: Sequence[KernelArg]) -> tuple[KernelArg, ...]:
+    # A bare Python int would be packed as a pointer, silently wrong for 32-bit parameters.
+    for i, arg in enumerate(args):
+        if not isinstance(arg, _ARG_TYPES):
+            kind = type(arg).__name__
+            raise TypeError(f"kernel argument {i} is {kind}, expected a ctypes scalar")
+    return tuple(args)
+
+
+class HipBackend:
+    """The Backend protocol on one AMD GPU through hip-python."""
+
+    kind = BackendKind.HIP
+
+    def __init__(self, device: int = 0) -> None:
+        hip = _runtime()
+        count = _call("hipGetDeviceCount", hip.hipGetDeviceCount)
+        if device >= count:
+            raise BackendError(f"HIP device {device} requested but {count} present")
+        _call("hipSetDevice", hip.hipSetDevice, device)
+        self._hip = hip
+        self.device = device
+
+    # Compilation -------------------------------------------------------------------------------
+    def compile(self, source: str, arch: str, options: Sequence[str] = ()) -> CompiledBinary:
+        return compile_hip(source, arch, tuple(options))
+
+    def compiler_version(self) -> str:
+        return hiprtc_version()
+
+    def device_info(self) -> DeviceInfo:
+        hip = self._hip
+        props = hip.hipDeviceProp_t()
+        _call("hipGetDeviceProperties", hip.hipGetDeviceProperties, props, self.device)
+        # gcnArchName carries target features ("gfx90a:sramecc+:xnack-"); code built for the
+        # bare name runs in every feature mode, so the bare name is the arch.
+        arch = _text(props.gcnArchName).split(":")[0]
+        driver = _call("hipDriverGetVersion", hip.hipDriverGetVersion)
+        return DeviceInfo(
+            backend=self.kind,
+            arch=arch,
+            name=_text(props.name),
+            sm_count=int(props.multiProcessorCount),
+            driver_version=str(driver),
+            compiler_version=self.compiler_version(),
+        )
+
+    # Modules and launches ----------------------------------------------------------------------
+    def load(self, binary: bytes, kernel_name: str) -> HipKernel:
+        hip = self._hip
+        module = _call("hipModuleLoadData", hip.hipModuleLoadData, binary)
+        try:
+            what = f"hipModuleGetFunction({kernel_name})"
+            function = _call(what, hip.hipModuleGetFunction, module, kernel_name.encode())
+        except BackendError:
+            hip.hipModuleUnload(module)
+            raise
+        return HipKernel(name=kernel_name, module=module, function=function)
+
+    def unload(self, kernel: HipKernel) -> None:
+        """Release a kernel's module; tuning loads many candidates."""
+        _call("hipModuleUnload", self._hip.hipModuleUnload, kernel.module)
+
+    def launch(
+        self,
+        kernel: HipKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[KernelArg],
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        # A tuple of ctypes values as `extra` makes hip-python pack them, naturally aligned, into
+        # one argument buffer passed with HIP_LAUNCH_PARAM_BUFFER_POINTER.
+        _call(
+            f"hipModuleLaunchKernel({kernel.name})",
+            self._hip.hipModuleLaunchKernel,
+            kernel.function,
+            *grid,
+            *block,
+            shared_bytes,
+            stream or None,
+            None,
+            _check_args(args),
+        )
+
+    # Memory ------------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> int:
+        return int(_call("hipMalloc", self._hip.hipMalloc, nbytes))
+
+    def free(self, ptr: int) -> None:
+        _call("hipFree", self._hip.hipFree, ptr)
+
+    def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
+        _call("hipMemsetAsync", self._hip.hipMemsetAsync, ptr, byte, nbytes, stream or None)
+
+    def copy_to_device(self, ptr: int, data: bytes | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        kind = self._hip.hipMemcpyKind.hipMemcpyHostToDevice
+        _call("hipMemcpy(host to device)", self._hip.hipMemcpy, ptr, view, view.nbytes, kind)
+
+    def copy_from_device(self, ptr: int, nbytes: int) -> bytes:
+        out = bytearray(nbytes)
+        kind = self._hip.hipMemcpyKind.hipMemcpyDeviceToHost
+        _call("hipMemcpy(device to host)", self._hip.hipMemcpy, out, ptr, nbytes, kind)
+        return bytes(out)
+
+    # Timing and ordering -----------------------------------------------------------------------
+    def event_create(self) -> int:
+        return int(_call("hipEventCreate", self._hip.hipEventCreate))
+
+    def event_record(self, event: int, stream: int = 0) -> None:
+        _call("hipEventRecord", self._hip.hipEventRecord, event, stream or None)
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        return float(_call("hipEventElapsedTime", self._hip.hipEventElapsedTime, start, end))
+
+    def event_destroy(self, event: int) -> None:
+        _call("hipEventDestroy", self._hip.hipEventDestroy, event)
+
+    def synchronize(self, stream: int = 0) -> None:
+        if stream:
+            _call("hipStreamSynchronize", self._hip.hipStreamSynchronize, stream)
+        else:
+            _call("hipDeviceSynchronize", self._hip.hipDeviceSynchronize)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace").rstrip("\x00") if isinstance(value, bytes) else str(value)

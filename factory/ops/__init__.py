@@ -1,0 +1,15 @@
+"""The op registry: one solver module per op; adding an op adds one line here."""
+
+from __future__ import annotations
+
+from ..problem import Op
+from .base import OpSolver
+from .conv_bwd_weight import SOLVER as _CONV_BWD_WEIGHT
+
+SOLVERS: dict[Op, OpSolver] = {
+    Op.CONV_BWD_WEIGHT: _CONV_BWD_WEIGHT,
+}
+
+
+def solver_for(op: Op) -> OpSolver:
+    return SOLVERS[op]

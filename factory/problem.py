@@ -343,8 +343,12 @@ def _parse_int(text: str, name: str) -> int:
 
 
 def _parse_dims(text: str, name: str) -> tuple[int, ...]:
-    parts = text.lower().split("x")
-    return tuple(_parse_int(p, name) for p in parts)
+    try:
+        return tuple(int(p) for p in text.lower().split("x"))
+    except ValueError:
+        raise ProblemSyntaxError(
+            f"bad token {name}={text!r} in problem: expected integers separated by 'x', e.g. 56x56"
+        ) from None
 
 
 def supported_cells_text(cells: Iterable[tuple[Layout, DType, int]]) -> str:

@@ -99,7 +99,7 @@ class MeasurementRow(Base):
     tflops: Mapped[float | None] = mapped_column(Float)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    device: Mapped[DeviceRow] = relationship(lazy="joined")
+    device: Mapped[DeviceRow] = relationship(lazy="joined", innerjoin=True)
 
 
 class WinnerRow(Base):
@@ -118,8 +118,8 @@ class WinnerRow(Base):
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))
     decided_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    device: Mapped[DeviceRow] = relationship(lazy="joined")
-    measurement: Mapped[MeasurementRow] = relationship(lazy="joined")
+    device: Mapped[DeviceRow] = relationship(lazy="joined", innerjoin=True)
+    measurement: Mapped[MeasurementRow] = relationship(lazy="joined", innerjoin=True)
 
 
 TABLE_NAMES = frozenset(Base.metadata.tables)

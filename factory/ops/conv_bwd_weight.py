@@ -284,6 +284,29 @@ class ConvBwdWeight:
         ints += cl.strides_3d(wei, "GKCZYX")
         return (Buf("input"), Buf("grad_output"), Buf(dst)) + tuple(I32(v) for v in ints)
 
+    def framework_view(self, problem: ConvProblem, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """PyTorch's conv shape of a tensor ((N, G*C, *S) / (G*K, C, *F)) with this layout's strides.
+
+        None when the layout has no such view (groups and channels not adjacent, as in GNHWC).
+        """
+        if name == "grad_weight":
+            t, outer, inner = cl.weight(problem), "G", "K"
+            rest = "C" + "ZYX"[3 - problem.ndim :]
+        else:
+            letter = "C" if name == "input" else "K"
+            t, outer, inner = cl.activation(problem, letter), "G", letter
+            rest = "DHW"[3 - problem.ndim :]
+        s = t.strides()
+        if s[outer] != t.sizes[inner] * s[inner]:
+            return None
+        if name == "grad_weight":
+            shape = (problem.G * problem.K, *(t.sizes[d] for d in rest))
+            strides = (s["K"], *(s[d] for d in rest))
+        else:
+            shape = (problem.N, problem.G * t.sizes[inner], *(t.sizes[d] for d in rest))
+            strides = (s["N"], s[inner], *(s[d] for d in rest))
+        return shape, strides
+
     # --- numbers ---------------------------------------------------------------------------------
     def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """dW in float64 (int64 for int8), physical layout, from physical-layout inputs."""

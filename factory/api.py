@@ -1,0 +1,211 @@
+"""Public Python API: problems in, a ready Kernel out.
+
+    from factory.api import ConvProblem, Layout, DType, lookup, select, SelectMode
+    p = ConvProblem(N=32, G=32, C=4, K=4, input=(56, 56), filter=(3, 3), stride=(1, 1), pad=(1, 1),
+                    dilation=(1, 1), layout=Layout.NHWGC, dtype=DType.FP16)
+    lookup(p)                               # the instances that compute p
+    k = select(p, mode=SelectMode.TUNE)     # tuned on this GPU once, then served from the DB
+    k.run(input=x, grad_output=dy, grad_weight=dw)   # torch / CuPy tensors, on their current stream
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import numerics
+from .backends import Backend, get_backend
+from .catalog import Instance
+from .codegen import render
+from .compile_cache import CompileJob, compile_cached
+from .executor import LoadedBinary, run_plan
+from .ops import solver_for
+from .ops.base import TensorSpec
+from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
+from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup
+from .tuner import Progress, TuneSettings, tune
+from tuning_db import Measurement, TuningDB, Winner
+
+__all__ = [
+    "ConvProblem", "DType", "Layout", "Op", "SelectMode", "Kernel", "TensorMismatch", "TuneOutcome",
+    "lookup", "explain", "select", "tune_problem", "NotTuned", "UnsupportedProblem",
+]
+
+
+class TensorMismatch(KernelFactoryError, ValueError):
+    """A tensor handed to Kernel.run has the wrong shape, strides, dtype or device."""
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    measurements: list[Measurement]
+    winner: Winner | None
+
+
+def tune_problem(
+    problem: Any,
+    backend: Backend | None = None,
+    db: TuningDB | None = None,
+    settings: TuneSettings = TuneSettings(),
+    progress: Progress = Progress(),
+) -> TuneOutcome:
+    """Measure every applicable instance on this GPU and store all measurements and the winner."""
+    backend = backend or get_backend()
+    db = db or TuningDB()
+    candidates = lookup(problem)
+    if not candidates:
+        raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
+    measurements = tune(problem, candidates, backend, settings, progress)
+    winner = db.record(problem.key, problem.op.value, backend.device_info(), measurements)
+    return TuneOutcome(measurements, winner)
+
+
+def select(
+    problem: Any,
+    mode: SelectMode | str = SelectMode.AUTO,
+    instance: str | None = None,
+    backend: Backend | None = None,
+    db: TuningDB | None = None,
+) -> "Kernel":
+    """A ready Kernel for `problem`; see SelectMode for where the choice comes from."""
+    mode = SelectMode(mode)
+    backend = backend or get_backend()
+    if mode is SelectMode.FORCE:
+        if instance is None:
+            raise ValueError("mode force needs instance=<name>")
+        return Kernel(forced(problem, instance), problem, backend)
+    candidates = lookup(problem)
+    if mode is SelectMode.HEURISTIC:
+        return Kernel(heuristic_pick(problem, candidates), problem, backend)
+    db = db or TuningDB()
+    by_name = {c.name: c for c in candidates}
+    winner = db.best(problem.key, backend.device_info())
+    if winner is not None and winner.instance in by_name:
+        return Kernel(by_name[winner.instance], problem, backend)
+    if mode is SelectMode.DB:
+        raise NotTuned(f"no tuned winner for {problem.key} on this device; run `kfactory tune` or use mode=tune")
+    if mode is SelectMode.TUNE:
+        outcome = tune_problem(problem, backend, db)
+        if outcome.winner is None or outcome.winner.instance not in by_name:
+            raise NotTuned(f"tuning found no verified instance for {problem.key}")
+        return Kernel(by_name[outcome.winner.instance], problem, backend)
+    return Kernel(heuristic_pick(problem, candidates), problem, backend)
+
+
+class Kernel:
+    """One compiled instance bound to one problem; run() launches on the caller's stream."""
+
+    def __init__(self, instance: Instance, problem: Any, backend: Backend) -> None:
+        self.instance = instance
+        self.problem = problem
+        self.backend = backend
+        self._solver = solver_for(problem.op)
+        self.specs: dict[str, TensorSpec] = {s.name: s for s in self._solver.tensors(problem)}
+        self.plan = self._solver.launch_plan(instance.family, instance.params, problem)
+        arch = backend.device_info().arch
+        outcome = compile_cached(backend.kind, CompileJob(instance.name, render(instance), arch))
+        if outcome.binary is None:
+            raise KernelFactoryError(f"{instance.name} failed to compile: {outcome.error}")
+        self._loaded = LoadedBinary(backend, outcome.binary, {})
+        self._workspace = backend.alloc(self.plan.workspace_bytes) if self.plan.workspace_bytes else 0
+
+    @property
+    def name(self) -> str:
+        return self.instance.name
+
+    @property
+    def tensor_names(self) -> list[str]:
+        return list(self.specs)
+
+    def run(self, stream: int | None = None, **tensors: Any) -> None:
+        """Launch on torch tensors / CuPy arrays named as `tensor_names`; checks them first.
+
+        Accepted: a contiguous tensor of the physical shape (e.g. NHWGC -> (N, H, W, G, C)), or for
+        layouts PyTorch has, the PyTorch convolution shape with that layout's strides (channels_last
+        tensors for NHWGC, contiguous ones for NGCHW).
+        """
+        missing = set(self.specs) - set(tensors)
+        extra = set(tensors) - set(self.specs)
+        if missing or extra:
+            raise TensorMismatch(f"run() takes {', '.join(self.specs)}; missing {sorted(missing)}, unexpected {sorted(extra)}")
+        pointers: dict[str, int] = {}
+        streams = set()
+        for name, value in tensors.items():
+            pointers[name], tensor_stream = self._check_tensor(name, value)
+            if tensor_stream is not None:
+                streams.add(tensor_stream)
+        if stream is None:
+            stream = streams.pop() if len(streams) == 1 else 0
+        self.run_pointers(pointers, stream)
+
+    def run_pointers(self, pointers: Mapping[str, int], stream: int = 0) -> None:
+        """Launch on raw device pointers laid out as `self.specs` describes (contiguous, physical order)."""
+        for name in self.specs:
+            if not isinstance(pointers.get(name), int) or pointers[name] <= 0:
+                raise TensorMismatch(f"{name}: needs a device pointer (a positive int)")
+        resolved = dict(pointers)
+        resolved["workspace"] = self._workspace
+        run_plan(self._loaded, self.plan, resolved, stream)
+
+    # --- tensor checks --------------------------------------------------------------------------
+    def _check_tensor(self, name: str, value: Any) -> tuple[int, int | None]:
+        spec = self.specs[name]
+        shape, strides, dtype_name, on_gpu, ptr, stream = _describe(value)
+        if not on_gpu:
+            raise TensorMismatch(f"{name}: must be on the GPU, got a host tensor")
+        want_dtype = _framework_dtype(spec)
+        if dtype_name not in want_dtype:
+            raise TensorMismatch(f"{name}: dtype {dtype_name}, expected {' or '.join(sorted(want_dtype))}")
+        accepted = [(spec.shape, _contiguous_strides(spec.shape))]
+        view = getattr(self._solver, "framework_view", None)
+        if view is not None:
+            alt = view(self.problem, name)
+            if alt is not None:
+                accepted.append(alt)
+        if not any(_same_layout(shape, strides, s, t) for s, t in accepted):
+            shown = " or ".join(f"shape {tuple(s)} strides {tuple(t)}" for s, t in accepted)
+            raise TensorMismatch(f"{name}: shape {tuple(shape)} strides {tuple(strides)}; expected {shown}")
+        return ptr, stream
+
+
+def _same_layout(shape, strides, want_shape, want_strides) -> bool:
+    """Equal shapes and equal strides on every dim longer than 1 (a size-1 dim's stride is arbitrary)."""
+    if tuple(shape) != tuple(want_shape):
+        return False
+    return all(n == 1 or a == b for n, a, b in zip(shape, strides, want_strides))
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _framework_dtype(spec: TensorSpec) -> set[str]:
+    return {
+        "float16": {"float16"},
+        "bfloat16": {"bfloat16"},
+        "float32": {"float32"},
+        "int8": {"int8"},
+        "int32": {"int32"},
+    }[spec.scalar.numpy_name]
+
+
+def _describe(value: Any) -> tuple[tuple[int, ...], tuple[int, ...], str, bool, int, int | None]:
+    """(shape, element strides, dtype name, on GPU, data pointer, current stream) of a torch/CuPy array."""
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        on_gpu = bool(value.is_cuda)
+        stream = torch.cuda.current_stream(value.device).cuda_stream if on_gpu else None
+        return tuple(value.shape), tuple(value.stride()), str(value.dtype).replace("torch.", ""), on_gpu, value.data_ptr(), stream
+    if module == "cupy":
+        import cupy
+
+        strides = tuple(s // value.itemsize for s in value.strides)
+        return tuple(value.shape), strides, str(value.dtype), True, int(value.data.ptr), cupy.cuda.get_current_stream().ptr
+    raise TensorMismatch(f"unsupported tensor type {type(value).__name__}: pass torch tensors, CuPy arrays, or use run_pointers")

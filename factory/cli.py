@@ -1,0 +1,342 @@
+"""kfactory: generate | list | tune | query | db.
+
+User errors (bad problem, unsupported configuration, unreadable DB) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from datetime import timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import codegen
+from .backends import BackendError
+from .catalog import Instance, select_instances
+from .ops import SOLVERS, solver_for
+from .problem import DType, KernelFactoryError, Layout, Op
+from .selector import check_supported, explain, heuristic_pick, lookup
+
+EXIT_USAGE = 2
+console = Console(stderr=False)
+errors = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """A command-line mistake: one line to stderr, exit 2."""
+
+
+# --- argument helpers ---------------------------------------------------------------------------
+def _enum_arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except KernelFactoryError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def _add_config(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--op", type=_enum_arg(Op.parse), default=Op.CONV_BWD_WEIGHT, help="op id (default conv_bwd_weight)")
+    p.add_argument("--layout", type=_enum_arg(Layout.parse), required=required, help="e.g. NHWGC, NGCHW, NGCHW_GKYXC, GNHWC")
+    p.add_argument("--dtype", type=_enum_arg(DType.parse), required=required, help="fp16, bf16, bf16_fp32w, fp32, int8")
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="tuning DB: SQLAlchemy URL or SQLite file (default: $KFACTORY_DB or the user data dir)")
+
+
+def _open_db(args: argparse.Namespace):
+    from tuning_db import TuningDB
+
+    return TuningDB(args.db)
+
+
+def _problem(args: argparse.Namespace):
+    if args.layout is None or args.dtype is None:
+        raise UsageError("--problem needs --layout and --dtype")
+    problem = solver_for(args.op).parse_problem(args.problem, args.layout, args.dtype)
+    check_supported(problem)
+    return problem
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=False,
+    )
+
+
+# --- generate -----------------------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace) -> int:
+    instances = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
+    if not instances:
+        raise UsageError("no instances match those filters")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    with _progress() as progress:
+        task = progress.add_task(f"rendering {args.op.value}", total=len(instances))
+        for inst in instances:
+            source = codegen.render(inst)
+            path = out / f"{inst.name}.hip"
+            path.write_text(source)
+            manifest.append(_instance_record(inst) | {"file": path.name, "source_hash": codegen.source_hash(source)})
+            progress.advance(task)
+    (out / "manifest.json").write_text(json.dumps({"op": args.op.value, "instances": manifest}, indent=2) + "\n")
+    counts = collections.Counter((r["layout"], r["dtype"], r["ndim"]) for r in manifest)
+    table = Table(title=f"{len(manifest)} instances written to {out}")
+    for col in ("layout", "dtype", "ndim", "instances"):
+        table.add_column(col)
+    for (layout, dtype, ndim), n in sorted(counts.items()):
+        table.add_row(layout, dtype, f"{ndim}D", str(n))
+    console.print(table)
+    return 0
+
+
+def _instance_record(inst: Instance) -> dict[str, Any]:
+    return {
+        "name": inst.name, "op": inst.op.value, "family": inst.family, "layout": inst.layout.value,
+        "dtype": inst.dtype.value, "ndim": inst.ndim, "params": inst.params_dict(),
+    }
+
+
+# --- list ---------------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.problem:
+        problem = _problem(args)
+        applicable = lookup(problem)
+        rejected = explain(problem) if args.why else []
+        if args.json:
+            _emit_json({
+                "problem": problem.key,
+                "applicable": [_instance_record(i) for i in applicable],
+                "rejected": [{"name": r.instance.name, "reason": r.reason} for r in rejected],
+            })
+            return 0
+        _print_instances(applicable, f"{len(applicable)} instances compute {problem.key}")
+        if args.why:
+            same_cell = [r for r in rejected if r.instance.cell_matches(problem)]
+            other = len(rejected) - len(same_cell)
+            table = Table(title=f"not applicable in this cell ({len(same_cell)}); {other} more are for other layouts/dtypes/ranks")
+            table.add_column("instance")
+            table.add_column("why not")
+            for r in same_cell:
+                table.add_row(r.instance.name, r.reason)
+            console.print(table)
+        return 0
+    instances = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
+    if args.json:
+        _emit_json([_instance_record(i) for i in instances])
+        return 0
+    _print_instances(instances, f"{len(instances)} instances")
+    return 0
+
+
+def _print_instances(instances: Sequence[Instance], title: str) -> None:
+    table = Table(title=title)
+    table.add_column("instance")
+    table.add_column("family")
+    for inst in instances:
+        table.add_row(inst.name, inst.family)
+    console.print(table)
+
+
+# --- tune ---------------------------------------------------------------------------------------
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .api import tune_problem
+    from .backends import get_backend
+    from .tuner import Progress as TuneProgress
+    from .tuner import TuneSettings
+
+    problem = _problem(args)
+    db = _open_db(args)
+    backend = get_backend()
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def stage(name: str, total: int) -> None:
+            tasks[name] = bar.add_task(f"{name:9s}", total=total)
+
+        hooks = TuneProgress(
+            on_stage=stage,
+            on_compiled=lambda name, ok: bar.advance(tasks["compile"]),
+            on_measured=lambda m: bar.advance(tasks["benchmark"]),
+        )
+        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), hooks)
+    ranked = sorted(outcome.measurements, key=lambda m: (not m.verified, m.median_us or float("inf")))
+    if args.json:
+        _emit_json({
+            "problem": problem.key,
+            "device": backend.device_info().__dict__ | {"backend": backend.device_info().backend.value},
+            "winner": outcome.winner.instance if outcome.winner else None,
+            "measurements": [m.__dict__ for m in ranked],
+        })
+        return 0 if outcome.winner else 1
+    table = Table(title=f"{problem.key} on {backend.device_info().name}")
+    for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", "verified"):
+        table.add_column(col, justify="right" if col in ("#", "µs", "GB/s", "TFLOP/s") else "left")
+    for rank, m in enumerate(ranked, 1):
+        if m.verified:
+            table.add_row(str(rank), m.instance, f"{m.median_us:.2f}", f"{m.gbps:.0f}", f"{m.tflops:.2f}", "yes")
+        else:
+            table.add_row(str(rank), m.instance, "-", "-", "-", f"no: {(m.error or '')[:80]}")
+    console.print(table)
+    if outcome.winner:
+        console.print(f"winner: {outcome.winner.instance} {outcome.winner.median_us:.2f} µs (stored)")
+        return 0
+    console.print("no candidate verified; nothing stored as winner")
+    return 1
+
+
+# --- query --------------------------------------------------------------------------------------
+def cmd_query(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+
+    problem = _problem(args)
+    db = _open_db(args)
+    try:
+        device = get_backend().device_info()
+        device_error = None
+    except BackendError as exc:
+        device, device_error = None, str(exc)
+    guess = heuristic_pick(problem)
+    result: dict[str, Any] = {"problem": problem.key, "heuristic": guess.name}
+    if device is not None:
+        found = db.lookup(problem.key, device)
+        winner = found.winner
+        stale = [(w.instance, reason) for w, reason in found.not_served]
+        # A winner whose instance left the catalog or no longer applies is not served either.
+        if winner is not None:
+            names = {i.name for i in lookup(problem)}
+            if winner.instance not in names:
+                stale.append((winner.instance, "instance no longer in the catalog or no longer applies"))
+                winner = None
+    else:
+        stored = [(m, dev) for m, dev, _ in db.measurements(problem.key) if m.verified]
+        winner, stale = None, [(m.instance, f"measured on {dev.name} ({dev.arch}); no GPU here to match") for m, dev in stored]
+    if winner is not None:
+        result |= {"tuned": True, "instance": winner.instance, "median_us": winner.median_us,
+                   "device": winner.device.name, "arch": winner.device.arch,
+                   "recorded_at": winner.recorded_at.astimezone(timezone.utc).isoformat()}
+    else:
+        result |= {"tuned": False, "not_served": [{"instance": i, "reason": r} for i, r in stale]}
+        if device_error:
+            result["device_error"] = device_error
+    if args.json:
+        _emit_json(result)
+        return 0
+    if winner is not None:
+        console.print(f"{winner.instance}  {winner.median_us:.2f} µs  on {winner.device.name} ({winner.device.arch}), "
+                      f"recorded {result['recorded_at']}")
+        return 0
+    for instance, reason in stale:
+        console.print(f"not served: {instance}: {reason}")
+    where = "this device" if device else f"this machine (no GPU: {device_error})"
+    console.print(f"untuned on {where}; the heuristic would pick {guess.name}")
+    return 0
+
+
+# --- db -----------------------------------------------------------------------------------------
+def cmd_db(args: argparse.Namespace) -> int:
+    db = _open_db(args)
+    if args.db_command == "stats":
+        stats = db.stats()
+        data = stats.__dict__ if hasattr(stats, "__dict__") else dict(stats)
+        if args.json:
+            _emit_json(data)
+            return 0
+        table = Table(title="tuning DB")
+        table.add_column("field")
+        table.add_column("value")
+        for key, value in data.items():
+            table.add_row(key, str(value))
+        console.print(table)
+    elif args.db_command == "export":
+        rows = db.export_json(args.file)
+        console.print(f"exported {rows} rows to {args.file}")
+    elif args.db_command == "import":
+        report = db.import_json(args.file)
+        console.print(f"imported {args.file}: {report}")
+    return 0
+
+
+# --- entry point --------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kfactory", description="Convolution-family GPU kernels: generate, tune, query.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="write one HIP source per instance and manifest.json")
+    _add_config(gen, required=False)
+    gen.add_argument("--ndim", type=int, choices=(1, 2, 3))
+    gen.add_argument("--family", help="kernel family (e.g. dl, dw)")
+    gen.add_argument("--out", default="build/instances", help="output directory (default build/instances)")
+    gen.set_defaults(func=cmd_generate)
+
+    lst = sub.add_parser("list", help="instances that support a configuration or problem")
+    _add_config(lst, required=False)
+    lst.add_argument("--ndim", type=int, choices=(1, 2, 3))
+    lst.add_argument("--family")
+    lst.add_argument("--problem", help='e.g. "N=32,G=32,C=4,K=4,input=56x56,filter=3x3,stride=1,pad=1,dilation=1"')
+    lst.add_argument("--why", action="store_true", help="say why the other instances do not apply")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(func=cmd_list)
+
+    for name, func, text in (("tune", cmd_tune, "benchmark and verify every applicable instance on this GPU; store the winner"),
+                             ("query", cmd_query, "the stored winner for a problem, or what the heuristic would pick")):
+        p = sub.add_parser(name, help=text)
+        _add_config(p, required=True)
+        p.add_argument("--problem", required=True)
+        _add_db(p)
+        p.add_argument("--json", action="store_true")
+        if name == "tune":
+            p.add_argument("--reps", type=int, default=25, help="timed repetitions per candidate (>= 20 recommended)")
+        p.set_defaults(func=func)
+
+    db = sub.add_parser("db", help="tuning DB maintenance")
+    dbsub = db.add_subparsers(dest="db_command", required=True)
+    stats = dbsub.add_parser("stats", help="counts of problems, winners, measurements, devices")
+    stats.add_argument("--json", action="store_true")
+    _add_db(stats)
+    exp = dbsub.add_parser("export", help="write every row to a JSON file")
+    exp.add_argument("file")
+    _add_db(exp)
+    imp = dbsub.add_parser("import", help="merge a JSON export, keeping the faster verified winner")
+    imp.add_argument("file")
+    _add_db(imp)
+    db.set_defaults(func=cmd_db)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tuning_db import TuningDBError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (KernelFactoryError, TuningDBError, UsageError) as exc:
+        errors.print(f"kfactory: error: {exc}", markup=False, highlight=False)
+        return EXIT_USAGE
+    except BackendError as exc:
+        errors.print(f"kfactory: GPU runtime error: {exc}", markup=False, highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        errors.print("kfactory: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Host-side element types: random inputs in a storage dtype, and their exact values for references.
+
+numpy has no bfloat16, so bf16 tensors live on the host as uint16 bit patterns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .problem import Scalar
+
+STORAGE = {
+    Scalar.F16: np.float16,
+    Scalar.BF16: np.uint16,
+    Scalar.F32: np.float32,
+    Scalar.I8: np.int8,
+    Scalar.I32: np.int32,
+}
+
+
+def float_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even float32 -> bf16 bit patterns (as the device converts)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def bf16_bits_to_float(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], scalar: Scalar) -> np.ndarray:
+    """Fresh random values, never zeros-only: floats in [-1, 1), integers in [-4, 4]."""
+    if scalar is Scalar.I8:
+        return rng.integers(-4, 5, size=shape, dtype=np.int8)
+    if scalar is Scalar.I32:
+        return rng.integers(-1000, 1001, size=shape, dtype=np.int32)
+    values = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+    if scalar is Scalar.BF16:
+        return float_to_bf16_bits(values)
+    return values.astype(STORAGE[scalar])
+
+
+def exact_values(array: np.ndarray, scalar: Scalar) -> np.ndarray:
+    """float64 (or int64) values of a storage array, for references."""
+    if scalar is Scalar.BF16:
+        return bf16_bits_to_float(array).astype(np.float64)
+    if scalar in (Scalar.I8, Scalar.I32):
+        return array.astype(np.int64)
+    return array.astype(np.float64)
+
+
+def from_bytes(blob: bytes, shape: tuple[int, ...], scalar: Scalar) -> np.ndarray:
+    return np.frombuffer(blob, dtype=STORAGE[scalar]).reshape(shape)
+
+
+def poison_byte(scalar: Scalar) -> int:
+    """0xFF makes every float element NaN; integers get a pattern no small sum produces."""
+    return 0xFF if scalar.is_float else 0xA5

@@ -1,0 +1,66 @@
+"""Check a kernel's outputs against the op's numpy reference.
+
+Floating-point sums are checked against the scale of their own terms: |out - ref| <= rtol * sum|terms|
++ atol * |ref| (the output's rounding), with sum|terms| obtained by running the reference on |inputs|.
+That bound fails for a wrong, unwritten (NaN-poisoned) or zero result, yet admits any summation order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .ops.base import OpSolver, Role
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    worst_ratio: float  # largest |err| / allowed over all elements (<= 1 passes)
+    message: str
+
+
+def reference_outputs(solver: OpSolver, problem: Any, values: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
+    """(reference, reference-on-absolute-inputs) for every output tensor."""
+    ref = solver.reference(problem, values)
+    abs_ref = solver.reference(problem, {k: np.abs(v) for k, v in values.items()})
+    return ref, abs_ref
+
+
+def verify(
+    solver: OpSolver,
+    problem: Any,
+    outputs: Mapping[str, np.ndarray],
+    ref: Mapping[str, np.ndarray],
+    abs_ref: Mapping[str, np.ndarray],
+) -> Verdict:
+    tol = solver.tolerance(problem.dtype)
+    worst = 0.0
+    for spec in solver.tensors(problem):
+        if spec.role is not Role.OUTPUT:
+            continue
+        got = outputs[spec.name]
+        want = ref[spec.name]
+        if not spec.scalar.is_float:
+            bad = np.count_nonzero(got.astype(np.int64) != want.astype(np.int64))
+            if bad:
+                return Verdict(False, float("inf"), f"{spec.name}: {bad} of {want.size} integers differ")
+            continue
+        got64 = got.astype(np.float64)
+        if not np.all(np.isfinite(got64)):
+            bad = int(np.count_nonzero(~np.isfinite(got64)))
+            return Verdict(False, float("inf"), f"{spec.name}: {bad} of {want.size} elements not finite (unwritten?)")
+        allowed = tol.rtol * np.abs(abs_ref[spec.name]) + tol.atol * np.abs(want) + 1e-30
+        ratio = np.abs(got64 - want) / allowed
+        index = int(np.argmax(ratio))
+        worst = max(worst, float(ratio.flat[index]))
+        if ratio.flat[index] > 1.0:
+            return Verdict(
+                False,
+                float(ratio.flat[index]),
+                f"{spec.name}: element {np.unravel_index(index, want.shape)} is {got64.flat[index]:.6g}, "
+                f"reference {want.flat[index]:.6g} (error {ratio.flat[index]:.3g}x the tolerance)",
+            )
+    return Verdict(True, worst, "matches the reference")

@@ -1,0 +1,31 @@
+"""Problems the GPU tests run every applicable instance on: all layouts, dtypes and ranks, with odd
+sizes (C=3, H=17, stride 2, dilation 2, pad 0, N=1), depthwise and grouped cases."""
+
+from factory.problem import DType, Layout, parse_conv_problem
+
+CASES = [
+    (Layout.NHWGC, DType.FP16, "N=2,G=4,C=3,K=5,input=17x17,filter=3x3,stride=2,pad=1"),
+    (Layout.NGCHW, DType.FP32, "N=1,G=2,C=8,K=4,input=9x11,filter=3x3,stride=1,pad=0,dilation=2"),
+    (Layout.NGCHW_GKYXC, DType.BF16, "N=3,G=3,C=4,K=4,input=13x7,filter=2x3,stride=2,pad=1"),
+    (Layout.GNHWC, DType.BF16_FP32W, "N=2,G=2,C=16,K=8,input=10x10,filter=3x3,pad=1"),
+    (Layout.NHWGC, DType.INT8, "N=2,G=8,C=4,K=4,input=12x12,filter=3x3,pad=1"),
+    (Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1"),
+    (Layout.NGCHW, DType.BF16, "N=2,G=24,C=1,K=1,input=17x17,filter=5x5,stride=2,pad=2"),
+    (Layout.NHWGC, DType.FP32, "N=2,G=8,C=1,K=1,input=101,filter=15,pad=7"),
+    (Layout.GNHWC, DType.FP16, "N=3,G=2,C=6,K=5,input=33,filter=3,stride=2,pad=0"),
+    (Layout.NHWGC, DType.BF16, "N=1,G=2,C=8,K=8,input=6x7x5,filter=3x3x3,pad=1"),
+    (Layout.NGCHW, DType.INT8, "N=2,G=4,C=2,K=2,input=5x6x7,filter=3x1x1,pad=1x0x0"),
+    (Layout.GNHWC, DType.FP32, "N=2,G=16,C=1,K=1,input=4x9x9,filter=3x3x3,pad=1"),
+    (Layout.NGCHW_GKYXC, DType.FP16, "N=5,G=1,C=32,K=16,input=64,filter=5,pad=2,dilation=2"),
+    (Layout.NHWGC, DType.BF16_FP32W, "N=2,G=1,C=64,K=32,input=14x14,filter=1x1"),
+    (Layout.NGCHW, DType.FP16, "N=2,G=32,C=4,K=4,input=15x15,filter=3x3,pad=1"),
+    (Layout.NHWGC, DType.INT8, "N=3,G=32,C=1,K=1,input=9x9,filter=3x3,pad=1"),
+    (Layout.NGCHW_GKYXC, DType.FP32, "N=1,G=3,C=5,K=7,input=5x6x7,filter=2x2x2,stride=2,pad=0"),
+    (Layout.GNHWC, DType.INT8, "N=1,G=4,C=8,K=8,input=19x5,filter=3x3,dilation=2,pad=2"),
+    (Layout.NHWGC, DType.FP16, "N=2,G=16,C=2,K=2,input=11x11,filter=3x3,stride=2,pad=1"),
+    (Layout.NGCHW_GKYXC, DType.BF16_FP32W, "N=2,G=4,C=1,K=1,input=7x9,filter=3x3,pad=1"),
+]
+
+
+def problems():
+    return [parse_conv_problem(spec, layout, dtype) for layout, dtype, spec in CASES]

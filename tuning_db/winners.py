@@ -1,0 +1,94 @@
+"""The winner rule: the fastest verified measurement wins, and only a strictly faster one replaces it."""
+
+from __future__ import annotations
+
+import enum
+import math
+from datetime import datetime
+from typing import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .devices import to_device_info
+from .models import MeasurementRow, WinnerRow
+from .records import Measurement, Winner
+
+
+class Outcome(enum.Enum):
+    ADDED = "added"
+    REPLACED = "replaced"
+    KEPT = "kept"
+
+
+def can_win(verified: bool, median_us: float | None) -> bool:
+    """Only a verified, finite time may be served: a fast wrong kernel is worse than a slow one."""
+    return verified and median_us is not None and math.isfinite(median_us) and median_us >= 0.0
+
+
+def fastest(rows: Iterable[MeasurementRow]) -> MeasurementRow | None:
+    """The fastest row that may win, or None when none may."""
+    eligible = [row for row in rows if can_win(row.verified, row.median_us)]
+    return min(eligible, key=lambda row: row.median_us or 0.0, default=None)
+
+
+def current(session: Session, problem_key: str, device_id: int, *, for_update: bool = False) -> WinnerRow | None:
+    query = select(WinnerRow).where(WinnerRow.problem_key == problem_key, WinnerRow.device_id == device_id)
+    if for_update:
+        # Row lock on server databases; SQLite already holds the write lock (BEGIN IMMEDIATE).
+        query = query.with_for_update()
+    return session.execute(query).unique().scalar_one_or_none()
+
+
+def offer(session: Session, candidate: MeasurementRow, now: datetime) -> Outcome:
+    """Make `candidate` the winner of its (problem, device) if it beats the stored one."""
+    if not can_win(candidate.verified, candidate.median_us):
+        return Outcome.KEPT
+    assert candidate.median_us is not None
+    existing = current(session, candidate.problem_key, candidate.device_id, for_update=True)
+    if existing is None:
+        session.add(
+            WinnerRow(
+                problem_key=candidate.problem_key,
+                op=candidate.op,
+                device_id=candidate.device_id,
+                measurement=candidate,
+                decided_at=now,
+            )
+        )
+        session.flush()
+        return Outcome.ADDED
+    incumbent = existing.measurement.median_us
+    if existing.measurement_id == candidate.id or (incumbent is not None and incumbent <= candidate.median_us):
+        return Outcome.KEPT
+    existing.measurement = candidate
+    existing.op = candidate.op
+    existing.decided_at = now
+    session.flush()
+    return Outcome.REPLACED
+
+
+def to_measurement(row: MeasurementRow) -> Measurement:
+    return Measurement(
+        instance=row.instance,
+        median_us=row.median_us,
+        spread_us=row.spread_us,
+        reps=row.reps,
+        verified=row.verified,
+        error=row.error,
+        gbps=row.gbps,
+        tflops=row.tflops,
+    )
+
+
+def to_winner(row: WinnerRow) -> Winner:
+    measurement = row.measurement
+    assert measurement.median_us is not None
+    return Winner(
+        problem_key=row.problem_key,
+        op=row.op,
+        instance=measurement.instance,
+        median_us=measurement.median_us,
+        device=to_device_info(row.device),
+        recorded_at=measurement.recorded_at,
+    )

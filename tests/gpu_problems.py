@@ -24,6 +24,10 @@ CASES = [
     (Layout.GNHWC, DType.INT8, "N=1,G=4,C=8,K=8,input=19x5,filter=3x3,dilation=2,pad=2"),
     (Layout.NHWGC, DType.FP16, "N=2,G=16,C=2,K=2,input=11x11,filter=3x3,stride=2,pad=1"),
     (Layout.NGCHW_GKYXC, DType.BF16_FP32W, "N=2,G=4,C=1,K=1,input=7x9,filter=3x3,pad=1"),
+    (Layout.NHWGC, DType.BF16, "N=3,G=24,C=1,K=1,input=17x19,filter=3x3,stride=2,pad=2,dilation=2"),
+    (Layout.NGCHW_GKYXC, DType.FP32, "N=2,G=5,C=1,K=1,input=301,filter=7,stride=2,pad=3"),
+    (Layout.GNHWC, DType.INT8, "N=2,G=16,C=1,K=1,input=13x11,filter=5x5,pad=2"),
+    (Layout.NHWGC, DType.FP32, "N=1,G=40,C=1,K=1,input=1x1,filter=1x1"),
 ]
 
 

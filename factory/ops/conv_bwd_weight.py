@@ -129,6 +129,64 @@ class DwParams:
         }
 
 
+@dataclass(frozen=True)
+class DwtParams:
+    """Depthwise, shared-memory tiles: TG*VEC groups per block, TH x TW output positions per tile."""
+
+    threads_lane: int
+    threads_pos: int
+    vector: int
+    tile_h: int
+    tile_w: int
+    taps_max: int
+    split_k: int  # blocks along tiles
+    reduction: Reduction
+
+    def __post_init__(self) -> None:
+        _check_split(self.split_k, self.reduction)
+        if self.threads_lane == 1 and (self.threads_pos % 64 or self.vector != 1):
+            raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
+
+    @property
+    def threads(self) -> int:
+        return self.threads_lane * self.threads_pos
+
+    @property
+    def groups_per_block(self) -> int:
+        return self.threads_lane * self.vector
+
+    def window(self, problem: ConvProblem) -> tuple[int, int]:
+        """(rows, cols) of the input window one output tile reads, halo included."""
+        y, x = (1, *problem.filter)[-2:] if problem.ndim == 1 else problem.filter
+        sh, sw = (1, *problem.stride)[-2:] if problem.ndim == 1 else problem.stride
+        dh, dw = (1, *problem.dilation)[-2:] if problem.ndim == 1 else problem.dilation
+        return (self.tile_h - 1) * sh + (y - 1) * dh + 1, (self.tile_w - 1) * sw + (x - 1) * dw + 1
+
+    def shared_bytes(self, problem: ConvProblem) -> tuple[int, int]:
+        """(dynamic tile bytes, static bytes)."""
+        rows, cols = self.window(problem)
+        dynamic = rows * cols * self.groups_per_block * problem.dtype.tensor.nbytes
+        static = 4 * (((self.threads_pos + 31) // 32) * self.taps_max if self.threads_lane == 1 else self.threads * self.vector)
+        return dynamic, static
+
+    def suffix(self) -> str:
+        return (
+            f"l{self.threads_lane}x{self.threads_pos}_v{self.vector}_t{self.tile_h}x{self.tile_w}"
+            f"_f{self.taps_max}_s{self.split_k}_{self.reduction.value}"
+        )
+
+    def template_values(self) -> dict[str, Any]:
+        return {
+            "threads_lane": self.threads_lane,
+            "threads_pos": self.threads_pos,
+            "vector": self.vector,
+            "tile_h": self.tile_h,
+            "tile_w": self.tile_w,
+            "taps_max": self.taps_max,
+            "reduce_mode": self.reduction.mode,
+        }
+
+
 def _check_split(split_k: int, reduction: Reduction) -> None:
     if split_k < 1:
         raise ValueError("split_k must be >= 1")
@@ -139,6 +197,7 @@ def _check_split(split_k: int, reduction: Reduction) -> None:
 FAMILIES: dict[str, FamilySpec] = {
     "dl": FamilySpec("dl", "conv_bwd_weight/dl.hip.j2", DlParams, "portable implicit GEMM (plain FMA)"),
     "dw": FamilySpec("dw", "conv_bwd_weight/dw.hip.j2", DwParams, "depthwise / few channels per group"),
+    "dwt": FamilySpec("dwt", "conv_bwd_weight/dwt.hip.j2", DwtParams, "depthwise 1-D/2-D, shared-memory tiles"),
 }
 
 ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DType for n in (1, 2, 3))
@@ -158,8 +217,11 @@ class ConvBwdWeight:
         """Whether a tuning point makes sense at all for a (layout, dtype, ndim) cell."""
         if params.vector > 1 and not cl.channel_innermost(layout):
             return False  # wide loads run along channels, which only channels-last layouts keep contiguous
-        if family == "dw" and params.threads_lane > 1 and layout is not Layout.NHWGC:
+        if family in ("dw", "dwt") and params.threads_lane > 1 and layout is not Layout.NHWGC:
             return False  # lanes are adjacent in memory only when G and C are the innermost dims
+        if family == "dwt":
+            # 1-D problems get single-row tiles; 3-D ones are left to the dw family.
+            return ndim == 2 and params.tile_h > 1 or ndim == 1 and params.tile_h == 1
         return True
 
     def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> ConvProblem:
@@ -172,7 +234,26 @@ class ConvBwdWeight:
             return "a tensor has 2**31 elements or more; kernels index with 32-bit integers"
         if family == "dl":
             return self._why_not_dl(params, problem)
+        if family == "dwt":
+            return self._why_not_dwt(params, problem)
         return self._why_not_dw(params, problem)
+
+    def _why_not_dwt(self, p: DwtParams, problem: ConvProblem) -> str | None:
+        if problem.C != 1 or problem.K != 1:
+            return f"depthwise only (C=K=1), problem has C={problem.C}, K={problem.K}"
+        if problem.ndim == 3:
+            return "1-D and 2-D only"
+        if problem.filter_volume > p.taps_max:
+            return f"filter has {problem.filter_volume} taps, this instance holds {p.taps_max}"
+        if problem.G % p.vector:
+            return f"vector width {p.vector} needs G divisible by it (G={problem.G})"
+        dynamic, static = p.shared_bytes(problem)
+        if dynamic + static > SHARED_LIMIT:
+            return f"input window needs {dynamic + static} bytes of shared memory, over {SHARED_LIMIT}"
+        tiles = problem.N * math.prod(math.ceil(o / t) for o, t in zip(problem.output[-2:], (p.tile_h, p.tile_w)[-problem.ndim:]))
+        if p.split_k > 1 and p.split_k > tiles:
+            return f"split {p.split_k} exceeds the {tiles} output tiles"
+        return None
 
     def _why_not_dl(self, p: DlParams, problem: ConvProblem) -> str | None:
         if problem.G > GRID_Y_LIMIT:
@@ -254,6 +335,12 @@ class ConvBwdWeight:
             r_per_split = math.ceil(math.ceil(self._reduction_length(problem) / splits) / params.block_k) * params.block_k
             main = Launch("kf_main", (lanes_grid, problem.G, splits), (params.threads, 1, 1),
                           common + (I32(r_per_split), I32(wei_numel)))
+        elif family == "dwt":
+            rows, cols = params.window(problem)
+            dynamic, _ = params.shared_bytes(problem)
+            grid_x = math.ceil(problem.G / params.groups_per_block)
+            main = Launch("kf_main", (grid_x, splits, 1), (params.threads_lane, params.threads_pos, 1),
+                          common + (I32(0), I32(wei_numel), I32(rows), I32(cols)), shared_bytes=dynamic)
         else:
             lanes = problem.G * problem.K * problem.C
             grid_x = math.ceil(lanes / (params.threads_lane * params.vector))
@@ -332,10 +419,10 @@ class ConvBwdWeight:
     def heuristic_score(self, family: str, params: Any, problem: ConvProblem) -> float:
         """Higher is better: a rough prior used when a problem is untuned."""
         sms = 132
-        if family == "dw":
+        if family in ("dw", "dwt"):
             lanes = problem.G * problem.K * problem.C
             blocks = math.ceil(lanes / (params.threads_lane * params.vector)) * params.split_k
-            score = 2.0 + (1.0 if params.threads_lane > 1 else 0.0) + math.log2(params.vector) * 0.3
+            score = (3.0 if family == "dwt" else 2.0) + (1.0 if params.threads_lane > 1 else 0.0) + math.log2(params.vector) * 0.3
         else:
             tiles = math.ceil(problem.K / params.block_m) * math.ceil(problem.C * problem.filter_volume / params.block_n)
             blocks = tiles * problem.G * params.split_k

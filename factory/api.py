@@ -19,7 +19,7 @@ from .backends import Backend, get_backend
 from .catalog import Instance
 from .codegen import render
 from .compile_cache import CompileJob, compile_cached
-from .executor import LoadedBinary, run_plan
+from .executor import LoadedBinary, PreparedPlan
 from .ops import solver_for
 from .ops.base import TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
@@ -107,7 +107,7 @@ class Kernel:
         outcome = compile_cached(backend.kind, CompileJob(instance.name, render(instance), arch))
         if outcome.binary is None:
             raise KernelFactoryError(f"{instance.name} failed to compile: {outcome.error}")
-        self._loaded = LoadedBinary(backend, outcome.binary, {})
+        self._prepared = PreparedPlan(LoadedBinary(backend, outcome.binary, {}), self.plan)
         self._workspace = backend.alloc(self.plan.workspace_bytes) if self.plan.workspace_bytes else 0
 
     @property
@@ -146,7 +146,8 @@ class Kernel:
                 raise TensorMismatch(f"{name}: needs a device pointer (a positive int)")
         resolved = dict(pointers)
         resolved["workspace"] = self._workspace
-        run_plan(self._loaded, self.plan, resolved, stream)
+        self._prepared.bind(resolved)
+        self._prepared.enqueue(stream)
 
     # --- tensor checks --------------------------------------------------------------------------
     def _check_tensor(self, name: str, value: Any) -> tuple[int, int | None]:

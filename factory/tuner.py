@@ -19,7 +19,7 @@ from .backends import Backend, BackendError
 from .catalog import Instance
 from .codegen import render
 from .compile_cache import CompileJob, compile_many
-from .executor import LoadedBinary, run_plan
+from .executor import LoadedBinary, PreparedPlan
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
 from .verify import reference_outputs, verify
@@ -85,10 +85,14 @@ class DeviceTensors:
         self._owned.clear()
 
 
-def time_plan(backend: Backend, loaded: LoadedBinary, plan: Any, tensors: DeviceTensors, settings: TuneSettings) -> list[float]:
-    """Per-rep microseconds of the plan alone, L2 flushed before each rep."""
+def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, settings: TuneSettings) -> list[float]:
+    """Per-rep microseconds of the plan alone, L2 flushed before each rep.
+
+    The flush (a 256 MiB memset) also keeps the GPU busy while the host enqueues the rep, so host
+    launch overhead does not leak into the events.
+    """
     for _ in range(settings.warmup):
-        run_plan(loaded, plan, tensors.pointers)
+        prepared.enqueue()
     backend.synchronize()
     starts = [backend.event_create() for _ in range(settings.reps)]
     ends = [backend.event_create() for _ in range(settings.reps)]
@@ -96,7 +100,7 @@ def time_plan(backend: Backend, loaded: LoadedBinary, plan: Any, tensors: Device
         for start, end in zip(starts, ends):
             backend.memset_async(tensors.flush, 0, L2_FLUSH_BYTES)
             backend.event_record(start)
-            run_plan(loaded, plan, tensors.pointers)
+            prepared.enqueue()
             backend.event_record(end)
         backend.synchronize()
         return [backend.event_elapsed_ms(s, e) * 1000.0 for s, e in zip(starts, ends)]
@@ -175,13 +179,15 @@ def _measure(backend, solver, problem, cand, binary, tensors, ref, abs_ref, sett
             backend.memset_async(tensors.pointers[spec.name], numerics.poison_byte(spec.scalar), spec.nbytes)
         if plan.workspace_bytes:
             backend.memset_async(tensors.pointers["workspace"], 0xFF, plan.workspace_bytes)
-        run_plan(loaded, plan, tensors.pointers)
+        prepared = PreparedPlan(loaded, plan)
+        prepared.bind(tensors.pointers)
+        prepared.enqueue()
         backend.synchronize()
         got = {s.name: numerics.exact_values(tensors.read(s.name), s.scalar) for s in outputs}
         verdict = verify(solver, problem, got, ref, abs_ref)
         if not verdict.ok:
             return Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}")
-        samples = time_plan(backend, loaded, plan, tensors, settings)
+        samples = time_plan(backend, prepared, tensors, settings)
     except BackendError as exc:
         return Measurement(cand.name, None, None, 0, False, f"launch: {exc}")
     median = statistics.median(samples)

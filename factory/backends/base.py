@@ -84,6 +84,20 @@ class Backend(Protocol):
         stream: int = 0,
     ) -> None: ...
 
+    def prepare_args(self, args: Sequence[KernelArg]) -> object:
+        """Pack arguments once; the ctypes values may be updated in place before each launch."""
+        ...
+
+    def launch_prepared(
+        self,
+        kernel: LoadedKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: object,
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None: ...
+
     # Memory: device pointers are plain ints.
     def alloc(self, nbytes: int) -> int: ...
 

@@ -114,6 +114,14 @@ def _program_log(nvrtc: Any, prog: Any) -> str:
 
 
 @dataclass(frozen=True)
+class PreparedArgs:
+    """Kernel arguments packed for cuLaunchKernel: the ctypes values and the array of their addresses."""
+
+    values: list
+    addresses: np.ndarray
+
+
+@dataclass(frozen=True)
 class CudaKernel:
     name: str
     module: Any
@@ -183,13 +191,26 @@ class CudaBackend:
         shared_bytes: int = 0,
         stream: int = 0,
     ) -> None:
-        addresses = np.array([ctypes.addressof(a) for a in args], dtype=np.uint64)
-        _check(
-            self._driver.cuLaunchKernel(
-                kernel.function, *grid, *block, shared_bytes, stream, addresses.ctypes.data, 0
-            ),
-            f"cuLaunchKernel({kernel.name})",
+        self.launch_prepared(kernel, grid, block, self.prepare_args(args), shared_bytes, stream)
+
+    def prepare_args(self, args: Sequence[KernelArg]) -> "PreparedArgs":
+        values = list(args)
+        return PreparedArgs(values, np.array([ctypes.addressof(a) for a in values], dtype=np.uint64))
+
+    def launch_prepared(
+        self,
+        kernel: CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: "PreparedArgs",
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        status = self._driver.cuLaunchKernel(
+            kernel.function, *grid, *block, shared_bytes, stream, prepared.addresses.ctypes.data, 0
         )
+        if int(status[0]) != 0:
+            _check(status, f"cuLaunchKernel({kernel.name})")
 
     def alloc(self, nbytes: int) -> int:
         self._make_current()

@@ -214,6 +214,31 @@ class HipBackend:
             _check_args(args),
         )
 
+    def prepare_args(self, args: Sequence[KernelArg]) -> tuple[KernelArg, ...]:
+        """hip-python packs the ctypes values at each launch, so the checked tuple is the prepared form."""
+        return _check_args(args)
+
+    def launch_prepared(
+        self,
+        kernel: HipKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: tuple[KernelArg, ...],
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        _call(
+            f"hipModuleLaunchKernel({kernel.name})",
+            self._hip.hipModuleLaunchKernel,
+            kernel.function,
+            *grid,
+            *block,
+            shared_bytes,
+            stream or None,
+            None,
+            prepared,
+        )
+
     # Memory ------------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> int:
         return int(_call("hipMalloc", self._hip.hipMalloc, nbytes))

@@ -103,6 +103,8 @@ class DwParams:
         _check_split(self.split_k, self.reduction)
         if self.threads_lane == 1 and (self.threads_pos % 64 or self.vector != 1):
             raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
+        if self.threads_lane not in (1, 2, 4, 8, 16, 32):
+            raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
 
     @property
     def threads(self) -> int:
@@ -146,6 +148,8 @@ class DwtParams:
         _check_split(self.split_k, self.reduction)
         if self.threads_lane == 1 and (self.threads_pos % 64 or self.vector != 1):
             raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
+        if self.threads_lane not in (1, 2, 4, 8, 16, 32):
+            raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
 
     @property
     def threads(self) -> int:
@@ -166,7 +170,8 @@ class DwtParams:
         """(dynamic tile bytes, static bytes)."""
         rows, cols = self.window(problem)
         dynamic = rows * cols * self.groups_per_block * problem.dtype.tensor.nbytes
-        static = 4 * (((self.threads_pos + 31) // 32) * self.taps_max if self.threads_lane == 1 else self.threads * self.vector)
+        warps = (self.threads + 31) // 32
+        static = 4 * (warps * self.taps_max if self.threads_lane == 1 else warps * self.groups_per_block)
         return dynamic, static
 
     def suffix(self) -> str:

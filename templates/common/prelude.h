@@ -59,12 +59,17 @@ template <> __device__ __forceinline__ int kf_store_acc<int, int>(int x) { retur
 // A naturally aligned vector of N elements for wide loads.
 template <typename T, int N> struct alignas(sizeof(T) * N) kf_vec { T v[N]; };
 
-// Sum over a warp (32 lanes on NVIDIA, warpSize = 64 on CDNA); every lane gets the total.
-template <typename T> __device__ __forceinline__ T kf_warp_sum(T v) {
+// Warp shuffles: 32 lanes on NVIDIA, warpSize (64 on CDNA) on AMD.
+template <typename T> __device__ __forceinline__ T kf_shfl_xor(T v, int offset) {
 #if defined(KF_CUDA)
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return __shfl_xor_sync(0xffffffffu, v, offset);
 #else
-  for (int o = warpSize / 2; o > 0; o >>= 1) v += __shfl_xor(v, o);
+  return __shfl_xor(v, offset);
 #endif
+}
+
+// Sum over a warp; every lane gets the total.
+template <typename T> __device__ __forceinline__ T kf_warp_sum(T v) {
+  for (int o = warpSize / 2; o > 0; o >>= 1) v += kf_shfl_xor(v, o);
   return v;
 }

@@ -80,9 +80,11 @@ def _build_params(params_type: type, raw: dict[str, Any], source: str) -> Any:
     if unknown:
         raise CatalogError(f"{source}: unknown field(s) {sorted(unknown)} for {params_type.__name__}")
     values = dict(raw)
-    for name in fields:
+    for name, f in fields.items():
         if name not in values:
-            raise CatalogError(f"{source}: missing field {name!r}")
+            if f.default is dataclasses.MISSING:
+                raise CatalogError(f"{source}: missing field {name!r}")
+            continue
         enum_type = _enum_type(params_type, name)
         if enum_type is not None:
             values[name] = enum_type(values[name])

@@ -28,3 +28,19 @@ for _ in range(20):
 end.record()
 torch.cuda.synchronize()
 print(f"{name}: {start.elapsed_time(end) / 20 * 1000:.1f} us per run (back to back, L2 warm)")
+import time
+
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(200):
+    kernel.run(**tensors)
+t1 = time.perf_counter()
+torch.cuda.synchronize()
+print(f"host time per run() call: {(t1 - t0) / 200 * 1e6:.1f} us")
+import cProfile, pstats
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(50):
+    kernel.run(**tensors)
+prof.disable()
+pstats.Stats(prof).sort_stats("cumulative").print_stats(12)

@@ -143,6 +143,7 @@ class DwtParams:
     taps_max: int
     split_k: int  # blocks along tiles
     reduction: Reduction
+    min_blocks: int = 1  # blocks per SM the compiler must fit (caps registers per thread)
 
     def __post_init__(self) -> None:
         _check_split(self.split_k, self.reduction)
@@ -177,11 +178,12 @@ class DwtParams:
     def suffix(self) -> str:
         return (
             f"l{self.threads_lane}x{self.threads_pos}_v{self.vector}_t{self.tile_h}x{self.tile_w}"
-            f"_f{self.taps_max}_s{self.split_k}_{self.reduction.value}"
+            f"_f{self.taps_max}_o{self.min_blocks}_s{self.split_k}_{self.reduction.value}"
         )
 
     def template_values(self) -> dict[str, Any]:
         return {
+            "min_blocks": self.min_blocks,
             "threads_lane": self.threads_lane,
             "threads_pos": self.threads_pos,
             "vector": self.vector,
@@ -358,8 +360,7 @@ class ConvBwdWeight:
         steps.append(main)
         if dst == "workspace":
             n_sum = splits if red is Reduction.TWOSTAGE else 1
-            blocks = min(math.ceil(wei_numel / 256), 4096)
-            steps.append(Launch("kf_finalize", (blocks, 1, 1), (256, 1, 1),
+            steps.append(Launch("kf_finalize", (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1),
                                 (Buf("workspace"), Buf("grad_weight"), I32(wei_numel), I32(n_sum), I32(wei_numel))))
         return LaunchPlan(tuple(steps), workspace)
 

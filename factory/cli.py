@@ -44,8 +44,14 @@ def _enum_arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
+def _implemented_op(text: str) -> Op:
+    op = Op.parse(text)
+    solver_for(op)  # raises UnsupportedProblem naming the implemented ops
+    return op
+
+
 def _add_config(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("--op", type=_enum_arg(Op.parse), default=Op.CONV_BWD_WEIGHT, help="op id (default conv_bwd_weight)")
+    p.add_argument("--op", type=_enum_arg(_implemented_op), default=Op.CONV_BWD_WEIGHT, help="op id (default conv_bwd_weight)")
     p.add_argument("--layout", type=_enum_arg(Layout.parse), required=required, help="e.g. NHWGC, NGCHW, NGCHW_GKYXC, GNHWC")
     p.add_argument("--dtype", type=_enum_arg(DType.parse), required=required, help="fp16, bf16, bf16_fp32w, fp32, int8")
 

@@ -33,7 +33,12 @@ class ProblemSyntaxError(KernelFactoryError, ValueError):
 
 
 class Op(enum.Enum):
+    """The product's ops. An op has kernels once its solver is registered in `factory.ops`."""
+
     CONV_BWD_WEIGHT = "conv_bwd_weight"
+    CONV_BWD_DATA = "conv_bwd_data"
+    DWPW_FWD = "dwpw_fwd"  # fused depthwise -> pointwise convolution forward
+    GROUPNORM_BWD = "groupnorm_bwd"
 
     @classmethod
     def parse(cls, text: str) -> "Op":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..problem import Op
+from ..problem import Op, UnsupportedProblem
 from .base import OpSolver
 from .conv_bwd_weight import SOLVER as _CONV_BWD_WEIGHT
 
@@ -12,4 +12,12 @@ SOLVERS: dict[Op, OpSolver] = {
 
 
 def solver_for(op: Op) -> OpSolver:
-    return SOLVERS[op]
+    try:
+        return SOLVERS[op]
+    except KeyError:
+        available = ", ".join(o.value for o in SOLVERS)
+        raise UnsupportedProblem(f"{op.value} has no kernels yet (implemented: {available})") from None
+
+
+def implemented_ops() -> tuple[Op, ...]:
+    return tuple(SOLVERS)

@@ -37,7 +37,7 @@ class Op(enum.Enum):
 
     CONV_BWD_WEIGHT = "conv_bwd_weight"
     CONV_BWD_DATA = "conv_bwd_data"
-    DWPW_FWD = "dwpw_fwd"  # fused depthwise -> pointwise convolution forward
+    DWSEP_CONV_FWD = "dwsep_conv_fwd"  # depthwise k x k then 1x1, intermediate kept on chip
     GROUPNORM_BWD = "groupnorm_bwd"
 
     @classmethod

@@ -200,19 +200,7 @@ class HipBackend:
         shared_bytes: int = 0,
         stream: int = 0,
     ) -> None:
-        # A tuple of ctypes values as `extra` makes hip-python pack them, naturally aligned, into
-        # one argument buffer passed with HIP_LAUNCH_PARAM_BUFFER_POINTER.
-        _call(
-            f"hipModuleLaunchKernel({kernel.name})",
-            self._hip.hipModuleLaunchKernel,
-            kernel.function,
-            *grid,
-            *block,
-            shared_bytes,
-            stream or None,
-            None,
-            _check_args(args),
-        )
+        self.launch_prepared(kernel, grid, block, self.prepare_args(args), shared_bytes, stream)
 
     def prepare_args(self, args: Sequence[KernelArg]) -> tuple[KernelArg, ...]:
         """hip-python packs the ctypes values at each launch, so the checked tuple is the prepared form."""
@@ -227,6 +215,8 @@ class HipBackend:
         shared_bytes: int = 0,
         stream: int = 0,
     ) -> None:
+        # A tuple of ctypes values as `extra` makes hip-python pack them, naturally aligned, into
+        # one argument buffer passed with HIP_LAUNCH_PARAM_BUFFER_POINTER.
         _call(
             f"hipModuleLaunchKernel({kernel.name})",
             self._hip.hipModuleLaunchKernel,

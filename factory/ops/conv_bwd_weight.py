@@ -100,11 +100,7 @@ class DwParams:
     reduction: Reduction
 
     def __post_init__(self) -> None:
-        _check_split(self.split_k, self.reduction)
-        if self.threads_lane == 1 and (self.threads_pos % 64 or self.vector != 1):
-            raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
-        if self.threads_lane not in (1, 2, 4, 8, 16, 32):
-            raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
+        _check_lane_block(self.threads_lane, self.threads_pos, self.vector, self.split_k, self.reduction)
 
     @property
     def threads(self) -> int:
@@ -146,11 +142,7 @@ class DwtParams:
     min_blocks: int = 1  # blocks per SM the compiler must fit (caps registers per thread)
 
     def __post_init__(self) -> None:
-        _check_split(self.split_k, self.reduction)
-        if self.threads_lane == 1 and (self.threads_pos % 64 or self.vector != 1):
-            raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
-        if self.threads_lane not in (1, 2, 4, 8, 16, 32):
-            raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
+        _check_lane_block(self.threads_lane, self.threads_pos, self.vector, self.split_k, self.reduction)
 
     @property
     def threads(self) -> int:
@@ -192,6 +184,15 @@ class DwtParams:
             "taps_max": self.taps_max,
             "reduce_mode": self.reduction.mode,
         }
+
+
+def _check_lane_block(threads_lane: int, threads_pos: int, vector: int, split_k: int, reduction: Reduction) -> None:
+    """Block shapes the depthwise kernels' warp-level reductions assume."""
+    _check_split(split_k, reduction)
+    if threads_lane == 1 and (threads_pos % 64 or vector != 1):
+        raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
+    if threads_lane not in (1, 2, 4, 8, 16, 32):
+        raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
 
 
 def _check_split(split_k: int, reduction: Reduction) -> None:

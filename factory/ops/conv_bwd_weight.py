@@ -1,10 +1,12 @@
 """Grouped N-D convolution backward-weight: dW[g] = dOut[g]^T * im2col(In[g]).
 
-Two kernel families:
+Kernel families:
 - `dl`: portable implicit GEMM on plain FMA; every layout, dtype and rank; tiles, work per thread,
   vector width, split-K and both split-K reductions (atomics, or an accumulator workspace + convert).
 - `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane and every
   filter tap, streaming the activations once; memory bound by design.
+- `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
+- `dwr`: depthwise 1-D/2-D with the filter compiled in and a register window sliding along W.
 """
 
 from __future__ import annotations
@@ -186,6 +188,60 @@ class DwtParams:
         }
 
 
+@dataclass(frozen=True)
+class DwrParams:
+    """Depthwise with a register window: the filter shape, stride and dilation along W are compiled in."""
+
+    threads_lane: int
+    threads_pos: int
+    vector: int
+    segment: int  # outputs along W one thread walks with its window
+    filter_h: int
+    filter_w: int
+    stride_w: int
+    dilation_w: int
+    split_k: int  # blocks along (n, row, segment) work items
+    reduction: Reduction
+    min_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        _check_lane_block(self.threads_lane, self.threads_pos, self.vector, self.split_k, self.reduction)
+        if self.stride_w > self.span:
+            raise ValueError("stride along W must not exceed the filter's span (the window would skip columns)")
+
+    @property
+    def span(self) -> int:
+        return (self.filter_w - 1) * self.dilation_w + 1
+
+    @property
+    def threads(self) -> int:
+        return self.threads_lane * self.threads_pos
+
+    def work_items(self, problem: ConvProblem) -> int:
+        return problem.N * (problem.output[-2] if problem.ndim == 2 else 1) * math.ceil(problem.output[-1] / self.segment)
+
+    def suffix(self) -> str:
+        return (
+            f"l{self.threads_lane}x{self.threads_pos}_v{self.vector}_w{self.segment}"
+            f"_k{self.filter_h}x{self.filter_w}s{self.stride_w}d{self.dilation_w}_o{self.min_blocks}"
+            f"_s{self.split_k}_{self.reduction.value}"
+        )
+
+    def template_values(self) -> dict[str, Any]:
+        return {
+            "threads_lane": self.threads_lane,
+            "threads_pos": self.threads_pos,
+            "vector": self.vector,
+            "segment": self.segment,
+            "filter_h": self.filter_h,
+            "filter_w": self.filter_w,
+            "stride_w": self.stride_w,
+            "dilation_w": self.dilation_w,
+            "min_blocks": self.min_blocks,
+            "reduce_mode": self.reduction.mode,
+        }
+
+
 def _check_lane_block(threads_lane: int, threads_pos: int, vector: int, split_k: int, reduction: Reduction) -> None:
     """Block shapes the depthwise kernels' warp-level reductions assume."""
     _check_split(split_k, reduction)
@@ -206,6 +262,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "dl": FamilySpec("dl", "conv_bwd_weight/dl.hip.j2", DlParams, "portable implicit GEMM (plain FMA)"),
     "dw": FamilySpec("dw", "conv_bwd_weight/dw.hip.j2", DwParams, "depthwise / few channels per group"),
     "dwt": FamilySpec("dwt", "conv_bwd_weight/dwt.hip.j2", DwtParams, "depthwise 1-D/2-D, shared-memory tiles"),
+    "dwr": FamilySpec("dwr", "conv_bwd_weight/dwr.hip.j2", DwrParams, "depthwise 1-D/2-D, register window along W"),
 }
 
 ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DType for n in (1, 2, 3))
@@ -225,11 +282,13 @@ class ConvBwdWeight:
         """Whether a tuning point makes sense at all for a (layout, dtype, ndim) cell."""
         if params.vector > 1 and not cl.channel_innermost(layout):
             return False  # wide loads run along channels, which only channels-last layouts keep contiguous
-        if family in ("dw", "dwt") and params.threads_lane > 1 and layout is not Layout.NHWGC:
+        if family in ("dw", "dwt", "dwr") and params.threads_lane > 1 and layout is not Layout.NHWGC:
             return False  # lanes are adjacent in memory only when G and C are the innermost dims
         if family == "dwt":
             # 1-D problems get single-row tiles; 3-D ones are left to the dw family.
             return ndim == 2 and params.tile_h > 1 or ndim == 1 and params.tile_h == 1
+        if family == "dwr":
+            return ndim == 2 and params.filter_h > 1 or ndim == 1 and params.filter_h == 1
         return True
 
     def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> ConvProblem:
@@ -244,7 +303,29 @@ class ConvBwdWeight:
             return self._why_not_dl(params, problem)
         if family == "dwt":
             return self._why_not_dwt(params, problem)
+        if family == "dwr":
+            return self._why_not_dwr(params, problem)
         return self._why_not_dw(params, problem)
+
+    def _why_not_dwr(self, p: DwrParams, problem: ConvProblem) -> str | None:
+        if problem.C != 1 or problem.K != 1:
+            return f"depthwise only (C=K=1), problem has C={problem.C}, K={problem.K}"
+        if problem.ndim == 3:
+            return "1-D and 2-D only"
+        filt = (p.filter_h, p.filter_w)[-problem.ndim :]
+        if tuple(problem.filter) != filt:
+            return f"compiled for filter {'x'.join(map(str, filt))}, problem has {'x'.join(map(str, problem.filter))}"
+        if (problem.stride[-1], problem.dilation[-1]) != (p.stride_w, p.dilation_w):
+            return (f"compiled for stride {p.stride_w} / dilation {p.dilation_w} along W, problem has "
+                    f"{problem.stride[-1]} / {problem.dilation[-1]}")
+        if problem.G % p.vector:
+            return f"vector width {p.vector} needs G divisible by it (G={problem.G})"
+        items = math.ceil(p.work_items(problem) / p.threads_pos)
+        if p.split_k > 1 and p.split_k > items:
+            return f"split {p.split_k} exceeds the {items} blocks of work items"
+        if p.split_k > GRID_Y_LIMIT:
+            return "split exceeds the grid"
+        return None
 
     def _why_not_dwt(self, p: DwtParams, problem: ConvProblem) -> str | None:
         if problem.C != 1 or problem.K != 1:
@@ -349,7 +430,7 @@ class ConvBwdWeight:
             grid_x = math.ceil(problem.G / params.groups_per_block)
             main = Launch("kf_main", (grid_x, splits, 1), (params.threads_lane, params.threads_pos, 1),
                           common + (I32(0), I32(wei_numel), I32(rows), I32(cols)), shared_bytes=dynamic)
-        else:
+        else:  # dw, dwr: lanes along x, splits of the positions along y
             lanes = problem.G * problem.K * problem.C
             grid_x = math.ceil(lanes / (params.threads_lane * params.vector))
             main = Launch("kf_main", (grid_x, splits, 1), (params.threads_lane, params.threads_pos, 1),
@@ -426,10 +507,10 @@ class ConvBwdWeight:
     def heuristic_score(self, family: str, params: Any, problem: ConvProblem) -> float:
         """Higher is better: a rough prior used when a problem is untuned."""
         sms = 132
-        if family in ("dw", "dwt"):
+        if family in ("dw", "dwt", "dwr"):
             lanes = problem.G * problem.K * problem.C
             blocks = math.ceil(lanes / (params.threads_lane * params.vector)) * params.split_k
-            score = (3.0 if family == "dwt" else 2.0) + (1.0 if params.threads_lane > 1 else 0.0) + math.log2(params.vector) * 0.3
+            score = {"dw": 2.0, "dwt": 3.0, "dwr": 3.5}[family] + (1.0 if params.threads_lane > 1 else 0.0) + math.log2(params.vector) * 0.3
         else:
             tiles = math.ceil(problem.K / params.block_m) * math.ceil(problem.C * problem.filter_volume / params.block_n)
             blocks = tiles * problem.G * params.split_k
@@ -438,6 +519,66 @@ class ConvBwdWeight:
         fill = min(blocks / (4 * sms), 1.0)
         oversub = 0.0 if blocks <= 64 * sms else 0.5
         return score + fill - oversub - (0.1 if getattr(params, "reduction", None) is Reduction.TWOSTAGE else 0.0)
+
+    # --- PyTorch baseline (`kfactory bench`) ------------------------------------------------------
+    def torch_baseline(self, problem: ConvProblem, inputs: Mapping[str, Any]) -> Any:
+        """cuDNN's weight gradient (aten.convolution_backward, weight only) on the same values.
+
+        Layouts PyTorch has run on views of our own buffers (NHWGC as channels_last, NGCHW contiguous);
+        one it lacks (GNHWC) runs on an NHWGC copy, and the note says so. The caller sets cudnn flags.
+        """
+        import dataclasses
+
+        import torch
+
+        from ..problem import UnsupportedProblem
+        from .base import TorchBaseline
+
+        if problem.dtype is DType.INT8:
+            raise UnsupportedProblem("PyTorch has no int8 convolution on the GPU")
+        names = ("input", "grad_output", "grad_weight")
+        native = all(self.framework_view(problem, n) is not None for n in names)
+        torch_problem = problem if native else dataclasses.replace(problem, layout=Layout.NHWGC)
+        note = "" if native else (
+            f"PyTorch timed on an NHWGC copy ({problem.layout.name} has no PyTorch layout)"
+        )
+        tensor_dtype = inputs["input"].dtype
+        device = inputs["input"].device
+
+        def as_framework(physical: Any, ours: cl.PhysicalTensor, theirs: cl.PhysicalTensor, name: str) -> Any:
+            """Our physical tensor re-laid in torch_problem's layout, viewed in PyTorch's conv shape."""
+            if native:
+                moved = physical
+            else:
+                logical = physical.permute([ours.dims.index(d) for d in ours.logical])
+                moved = logical.permute([theirs.logical.index(d) for d in theirs.dims]).contiguous()
+            shape, strides = self.framework_view(torch_problem, name)
+            return moved.as_strided(shape, strides)
+
+        x = as_framework(inputs["input"], cl.activation(problem, "C"), cl.activation(torch_problem, "C"), "input")
+        dy = as_framework(inputs["grad_output"], cl.activation(problem, "K"), cl.activation(torch_problem, "K"),
+                          "grad_output")
+        wei = cl.weight(torch_problem)
+        w = torch.zeros(wei.shape, dtype=tensor_dtype, device=device).as_strided(
+            *self.framework_view(torch_problem, "grad_weight"))
+        nd = problem.ndim
+        last: dict[str, Any] = {}
+
+        def run() -> None:
+            last["dw"] = torch.ops.aten.convolution_backward(
+                dy, x, w, None, list(problem.stride), list(problem.pad), list(problem.dilation),
+                False, [0] * nd, problem.G, [False, True, False],
+            )[1]
+
+        def outputs() -> dict[str, Any]:
+            ours = cl.weight(problem)
+            logical = last["dw"].reshape(problem.G, problem.K, problem.C, *problem.filter)
+            physical = logical.permute([ours.logical.index(d) for d in ours.dims]).contiguous()
+            if problem.dtype.weight is Scalar.F32:
+                physical = physical.float()
+            return {"grad_weight": physical}
+
+        return TorchBaseline(run, outputs, note)
 
 
 def _cpp(scalar: Scalar) -> str:

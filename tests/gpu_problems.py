@@ -28,6 +28,8 @@ CASES = [
     (Layout.NGCHW_GKYXC, DType.FP32, "N=2,G=5,C=1,K=1,input=301,filter=7,stride=2,pad=3"),
     (Layout.GNHWC, DType.INT8, "N=2,G=16,C=1,K=1,input=13x11,filter=5x5,pad=2"),
     (Layout.NHWGC, DType.FP32, "N=1,G=40,C=1,K=1,input=1x1,filter=1x1"),
+    (Layout.NHWGC, DType.FP16, "N=3,G=40,C=1,K=1,input=15x13,filter=3x3,stride=2,pad=1"),
+    (Layout.NGCHW, DType.FP32, "N=2,G=6,C=1,K=1,input=20x23,filter=7x7,pad=3"),
 ]
 
 

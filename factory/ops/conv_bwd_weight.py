@@ -6,7 +6,7 @@ Kernel families:
 - `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane and every
   filter tap, streaming the activations once; memory bound by design.
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
-- `dwr`: depthwise 1-D/2-D with the filter compiled in and a register window sliding along W.
+- `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
 """
 
 from __future__ import annotations
@@ -190,53 +190,55 @@ class DwtParams:
 
 @dataclass(frozen=True)
 class DwrParams:
-    """Depthwise with a register window: the filter shape, stride and dilation along W are compiled in."""
+    """Depthwise with register blocking: the filter shape, stride and dilation are compiled in."""
 
     threads_lane: int
     threads_pos: int
     vector: int
-    segment: int  # outputs along W one thread walks with its window
+    segment: int  # output columns per thread
+    rows: int  # output rows per thread (1 for 1-D)
     filter_h: int
     filter_w: int
-    stride_w: int
-    dilation_w: int
-    split_k: int  # blocks along (n, row, segment) work items
+    stride: int  # along H and W (1-D: W)
+    dilation: int
+    split_k: int  # blocks along (n, row block, segment) work items
     reduction: Reduction
     min_blocks: int = 1
 
     def __post_init__(self) -> None:
         _check_lane_block(self.threads_lane, self.threads_pos, self.vector, self.split_k, self.reduction)
-        if self.stride_w > self.span:
-            raise ValueError("stride along W must not exceed the filter's span (the window would skip columns)")
-
-    @property
-    def span(self) -> int:
-        return (self.filter_w - 1) * self.dilation_w + 1
+        if self.filter_h == 1 and self.rows != 1:
+            raise ValueError("1-D points (filter_h = 1) take rows = 1")
 
     @property
     def threads(self) -> int:
         return self.threads_lane * self.threads_pos
 
     def work_items(self, problem: ConvProblem) -> int:
-        return problem.N * (problem.output[-2] if problem.ndim == 2 else 1) * math.ceil(problem.output[-1] / self.segment)
+        rows = math.ceil(problem.output[-2] / self.rows) if problem.ndim == 2 else 1
+        return problem.N * rows * math.ceil(problem.output[-1] / self.segment)
 
     def suffix(self) -> str:
         return (
-            f"l{self.threads_lane}x{self.threads_pos}_v{self.vector}_w{self.segment}"
-            f"_k{self.filter_h}x{self.filter_w}s{self.stride_w}d{self.dilation_w}_o{self.min_blocks}"
+            f"l{self.threads_lane}x{self.threads_pos}_v{self.vector}_b{self.rows}x{self.segment}"
+            f"_k{self.filter_h}x{self.filter_w}s{self.stride}d{self.dilation}_o{self.min_blocks}"
             f"_s{self.split_k}_{self.reduction.value}"
         )
 
     def template_values(self) -> dict[str, Any]:
+        two_d = self.filter_h > 1
         return {
             "threads_lane": self.threads_lane,
             "threads_pos": self.threads_pos,
             "vector": self.vector,
             "segment": self.segment,
+            "rows": self.rows,
             "filter_h": self.filter_h,
             "filter_w": self.filter_w,
-            "stride_w": self.stride_w,
-            "dilation_w": self.dilation_w,
+            "stride": self.stride,
+            "stride_h": self.stride if two_d else 1,
+            "dilation": self.dilation,
+            "dilation_h": self.dilation if two_d else 1,
             "min_blocks": self.min_blocks,
             "reduce_mode": self.reduction.mode,
         }
@@ -262,7 +264,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "dl": FamilySpec("dl", "conv_bwd_weight/dl.hip.j2", DlParams, "portable implicit GEMM (plain FMA)"),
     "dw": FamilySpec("dw", "conv_bwd_weight/dw.hip.j2", DwParams, "depthwise / few channels per group"),
     "dwt": FamilySpec("dwt", "conv_bwd_weight/dwt.hip.j2", DwtParams, "depthwise 1-D/2-D, shared-memory tiles"),
-    "dwr": FamilySpec("dwr", "conv_bwd_weight/dwr.hip.j2", DwrParams, "depthwise 1-D/2-D, register window along W"),
+    "dwr": FamilySpec("dwr", "conv_bwd_weight/dwr.hip.j2", DwrParams, "depthwise 1-D/2-D, filter compiled in, register blocks"),
 }
 
 ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DType for n in (1, 2, 3))
@@ -315,9 +317,9 @@ class ConvBwdWeight:
         filt = (p.filter_h, p.filter_w)[-problem.ndim :]
         if tuple(problem.filter) != filt:
             return f"compiled for filter {'x'.join(map(str, filt))}, problem has {'x'.join(map(str, problem.filter))}"
-        if (problem.stride[-1], problem.dilation[-1]) != (p.stride_w, p.dilation_w):
-            return (f"compiled for stride {p.stride_w} / dilation {p.dilation_w} along W, problem has "
-                    f"{problem.stride[-1]} / {problem.dilation[-1]}")
+        if set(problem.stride) != {p.stride} or set(problem.dilation) != {p.dilation}:
+            return (f"compiled for stride {p.stride} / dilation {p.dilation} on every axis, problem has "
+                    f"{'x'.join(map(str, problem.stride))} / {'x'.join(map(str, problem.dilation))}")
         if problem.G % p.vector:
             return f"vector width {p.vector} needs G divisible by it (G={problem.G})"
         items = math.ceil(p.work_items(problem) / p.threads_pos)
@@ -573,10 +575,7 @@ class ConvBwdWeight:
         def outputs() -> dict[str, Any]:
             ours = cl.weight(problem)
             logical = last["dw"].reshape(problem.G, problem.K, problem.C, *problem.filter)
-            physical = logical.permute([ours.logical.index(d) for d in ours.dims]).contiguous()
-            if problem.dtype.weight is Scalar.F32:
-                physical = physical.float()
-            return {"grad_weight": physical}
+            return {"grad_weight": logical.permute([ours.logical.index(d) for d in ours.dims]).contiguous()}
 
         return TorchBaseline(run, outputs, note)
 

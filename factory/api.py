@@ -142,7 +142,8 @@ class Kernel:
     def run_pointers(self, pointers: Mapping[str, int], stream: int = 0) -> None:
         """Launch on raw device pointers laid out as `self.specs` describes (contiguous, physical order)."""
         for name in self.specs:
-            if not isinstance(pointers.get(name), int) or pointers[name] <= 0:
+            ptr = pointers.get(name)
+            if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0:  # True is an int, not a pointer
                 raise TensorMismatch(f"{name}: needs a device pointer (a positive int)")
         resolved = dict(pointers)
         resolved["workspace"] = self._workspace

@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,11 +26,18 @@ from .selector import check_supported, explain, heuristic_pick, lookup
 
 EXIT_USAGE = 2
 console = Console(stderr=False)
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # soft wrap: an error stays one line at any width
 
 
 class UsageError(Exception):
     """A command-line mistake: one line to stderr, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block) and exit 2; subcommands inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # --- argument helpers ---------------------------------------------------------------------------
@@ -281,7 +288,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 # --- entry point --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kfactory", description="Convolution-family GPU kernels: generate, tune, query.")
+    parser = _Parser(prog="kfactory", description="Convolution-family GPU kernels: generate, tune, query.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="write one HIP source per instance and manifest.json")

@@ -135,7 +135,12 @@ class CudaBackend:
 
     def __init__(self, device: int = 0) -> None:
         driver = _driver()
-        _check(driver.cuInit(0), "cuInit")
+        try:
+            _check(driver.cuInit(0), "cuInit")
+        except BackendError:
+            raise
+        except RuntimeError as exc:  # cuda-python raises its own error when libcuda is not installed
+            raise BackendError(f"cuInit failed: {exc}") from None
         count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
         if device >= count:
             raise BackendError(f"CUDA device {device} requested, {count} present")

@@ -278,6 +278,9 @@ class ConvBwdWeight:
 
     # --- what exists -----------------------------------------------------------------------------
     def supported_cells(self, family: str | None = None) -> frozenset[tuple[Layout, DType, int]]:
+        """Every cell for the op and for `dl`/`dw`; the depthwise tile families stop at 2-D."""
+        if family in ("dwt", "dwr"):
+            return frozenset(cell for cell in ALL_CELLS if cell[2] in (1, 2))
         return ALL_CELLS
 
     def cell_allows(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> bool:

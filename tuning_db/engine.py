@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -24,7 +26,7 @@ def is_sqlite(url: str) -> bool:
 
 
 def create_db_engine(url: str) -> Engine:
-    """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and explicit BEGIN."""
+    """An engine for `url`; SQLite connections get a busy timeout, foreign keys and explicit BEGIN."""
     if not is_sqlite(url):
         return create_engine(url, pool_pre_ping=True)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
@@ -38,6 +40,34 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{BEGIN_MODE_OPTION: BEGIN_IMMEDIATE})
 
 
+def enable_wal(engine: Engine) -> str | None:
+    """Put an SQLite file in WAL mode so readers never wait for the writer; returns the mode.
+
+    WAL is a property of the file, so this runs once per open, after the file is known to be
+    a tuning database: switching another application's database would change that file.
+    Switching needs an exclusive lock and SQLite does not wait for it through the busy
+    timeout, so processes opening a fresh file together retry here until one has switched it.
+    """
+    if engine.dialect.name != "sqlite":
+        return None
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            with engine.connect() as conn:
+                # Straight to the driver: SQLite refuses to change the journal mode inside a transaction.
+                row = conn.connection.dbapi_connection.execute("PRAGMA journal_mode = WAL").fetchone()
+            return None if row is None else str(row[0])
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolEntry) -> None:
     # sqlite3 would otherwise BEGIN lazily before the first write only; the begin hook owns BEGIN.
     dbapi_connection.isolation_level = None
@@ -45,7 +75,6 @@ def _sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolE
     try:
         cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
     finally:
         cursor.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 from contextlib import contextmanager
@@ -10,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import distinct, func, select
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from factory.backends.base import DeviceInfo
@@ -18,26 +17,20 @@ from factory.backends.base import DeviceInfo
 from .devices import ensure_device_id, find_device_id, mismatch_reasons, to_device_info
 from .engine import EngineHandle
 from .errors import TuningDBError
+from .merge import merge, snapshot
 from .models import DeviceRow, MeasurementRow, WinnerRow
 from .paths import as_db_url, default_db_url, describe_location
 from .records import DbStats, ImportReport, Measurement, Winner, WinnerLookup
+from .rows import measurement_row, to_measurement, to_winner
 from .schema import integrity_ok, open_schema
-from .transfer import (
-    TransferDocument,
-    TransferMeasurement,
-    TransferWinner,
-    read_document,
-    write_document,
-)
-from .winners import Outcome, current, fastest, offer, to_measurement, to_winner
+from .transfer import read_document, write_document
+from .winners import current, fastest, offer
 
 T = TypeVar("T")
 
 # A concurrent first insert on a server database can violate a unique constraint; rerunning the
 # whole short transaction then sees the other writer's row.
 _WRITE_ATTEMPTS = 3
-
-_MeasurementKey = tuple[str, int, str, "float | None", datetime]
 
 
 class TuningDB:
@@ -47,7 +40,12 @@ class TuningDB:
         self.url = default_db_url() if url is None else as_db_url(url)
         self.location = describe_location(self.url)
         self._handle = EngineHandle(self.url)
-        self.schema_version = open_schema(self._handle, self.location)
+        try:
+            self.schema_version = open_schema(self._handle, self.location)
+        except BaseException:
+            # Release the file now; a refused database must not stay open until garbage collection.
+            self._handle.dispose()
+            raise
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle as the URL: a child process must open its own connections.
@@ -78,7 +76,7 @@ class TuningDB:
 
         def work(session: Session) -> Winner | None:
             device_id, _ = ensure_device_id(session, device)
-            rows = [_measurement_row(problem_key, op, device_id, m, now) for m in measurements]
+            rows = [measurement_row(problem_key, op, device_id, m, now) for m in measurements]
             session.add_all(rows)
             session.flush()
             best = fastest(rows)
@@ -92,7 +90,7 @@ class TuningDB:
     def import_json(self, path: str | os.PathLike[str]) -> ImportReport:
         """Merge an export: add unseen measurements, keep the faster winner per (problem, device)."""
         document = read_document(path)
-        return self._write(lambda session: _merge(session, document, _utcnow()))
+        return self._write(lambda session: merge(session, document, _utcnow()))
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -152,7 +150,7 @@ class TuningDB:
     def export_json(self, path: str | os.PathLike[str]) -> int:
         """Write the whole database as JSON; returns rows written (devices + measurements + winners)."""
         with self._read() as session:
-            document = _snapshot(session, self.schema_version)
+            document = snapshot(session, self.schema_version)
         write_document(path, document)
         return document.rows
 
@@ -178,121 +176,15 @@ class TuningDB:
 
     @contextmanager
     def _translate_errors(self) -> Iterator[None]:
+        """Database failures become one-line TuningDBErrors; IntegrityError stays for `_write`'s retry."""
         try:
             yield
-        except (OperationalError, sqlite3.OperationalError) as exc:
-            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        except IntegrityError:
+            raise
+        except (DBAPIError, sqlite3.DatabaseError) as exc:
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise TuningDBError(f"{self.location}: {detail}") from exc
 
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _measurement_row(
-    problem_key: str, op: str, device_id: int, m: Measurement, recorded_at: datetime
-) -> MeasurementRow:
-    return MeasurementRow(
-        problem_key=problem_key,
-        op=op,
-        device_id=device_id,
-        instance=m.instance,
-        median_us=m.median_us,
-        spread_us=m.spread_us,
-        reps=m.reps,
-        verified=m.verified,
-        error=m.error,
-        gbps=m.gbps,
-        tflops=m.tflops,
-        recorded_at=recorded_at,
-    )
-
-
-def _key(problem_key: str, device_id: int, instance: str, median_us: float | None, at: datetime) -> _MeasurementKey:
-    # SQLite stores NaN as NULL, so both mean "no time" for de-duplication.
-    median = None if median_us is None or math.isnan(median_us) else median_us
-    return (problem_key, device_id, instance, median, at)
-
-
-def _snapshot(session: Session, schema_version: int) -> TransferDocument:
-    devices = session.execute(select(DeviceRow).order_by(DeviceRow.id)).scalars().all()
-    device_index = {row.id: i for i, row in enumerate(devices)}
-    measurements = session.execute(select(MeasurementRow).order_by(MeasurementRow.id)).scalars().all()
-    measurement_index = {row.id: i for i, row in enumerate(measurements)}
-    winners = session.execute(select(WinnerRow).order_by(WinnerRow.id)).scalars().all()
-    return TransferDocument(
-        schema_version=schema_version,
-        devices=tuple(to_device_info(row) for row in devices),
-        measurements=tuple(
-            TransferMeasurement(
-                problem_key=row.problem_key,
-                op=row.op,
-                device=device_index[row.device_id],
-                measurement=to_measurement(row),
-                recorded_at=row.recorded_at,
-            )
-            for row in measurements
-        ),
-        winners=tuple(
-            TransferWinner(
-                problem_key=row.problem_key,
-                op=row.op,
-                device=device_index[row.device_id],
-                measurement=measurement_index[row.measurement_id],
-            )
-            for row in winners
-        ),
-    )
-
-
-def _merge(session: Session, document: TransferDocument, now: datetime) -> ImportReport:
-    device_ids: list[int] = []
-    devices_added = 0
-    for device in document.devices:
-        device_id, added = ensure_device_id(session, device)
-        device_ids.append(device_id)
-        devices_added += added
-
-    known: dict[_MeasurementKey, int | MeasurementRow] = {}
-    if device_ids:
-        stored = session.execute(
-            select(
-                MeasurementRow.id,
-                MeasurementRow.problem_key,
-                MeasurementRow.device_id,
-                MeasurementRow.instance,
-                MeasurementRow.median_us,
-                MeasurementRow.recorded_at,
-            ).where(MeasurementRow.device_id.in_(set(device_ids)))
-        )
-        for row_id, problem_key, device_id, instance, median_us, recorded_at in stored:
-            known[_key(problem_key, device_id, instance, median_us, recorded_at)] = row_id
-
-    resolved: list[int | MeasurementRow] = []
-    added = 0
-    for item in document.measurements:
-        device_id = device_ids[item.device]
-        key = _key(item.problem_key, device_id, item.measurement.instance, item.measurement.median_us, item.recorded_at)
-        if key not in known:
-            row = _measurement_row(item.problem_key, item.op, device_id, item.measurement, item.recorded_at)
-            session.add(row)
-            known[key] = row
-            added += 1
-        resolved.append(known[key])
-    session.flush()
-    ids = [entry if isinstance(entry, int) else entry.id for entry in resolved]
-
-    outcomes = {outcome: 0 for outcome in Outcome}
-    for winner in document.winners:
-        candidate = session.get(MeasurementRow, ids[winner.measurement])
-        assert candidate is not None
-        outcomes[offer(session, candidate, now)] += 1
-
-    return ImportReport(
-        measurements_added=added,
-        measurements_present=len(document.measurements) - added,
-        devices_added=devices_added,
-        winners_added=outcomes[Outcome.ADDED],
-        winners_replaced=outcomes[Outcome.REPLACED],
-        winners_kept=outcomes[Outcome.KEPT],
-    )

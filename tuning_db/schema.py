@@ -7,22 +7,53 @@ import sqlite3
 from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.exc import DBAPIError
 
-from .engine import EngineHandle
+from .engine import EngineHandle, enable_wal
 from .errors import NewerSchemaError, NotADatabaseError, TuningDBError
 from .models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_NAMES, Base, MetaRow
+from .paths import sqlite_file
 
 _NOT_A_DATABASE_MARKERS = ("file is not a database", "file is encrypted")
+
+# Every SQLite file starts with these bytes. SQLite treats a file shorter than one page as an
+# empty database and overwrites it, so that check cannot be left to SQLite.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def open_schema(handle: EngineHandle, location: str) -> int:
     """Validate (or create) the schema and return its version; raise a one-line error otherwise."""
+    _refuse_foreign_file(handle.url, location)
     try:
         with handle.reader().connect() as conn:
             version = _stored_version(conn, location)
         if version is None:
             version = _create(handle.writer(), location)
+        _check_supported(version, location)
+        enable_wal(handle.writer())
     except (DBAPIError, sqlite3.DatabaseError) as exc:
         raise _open_error(exc, location) from None
+    return version
+
+
+def _refuse_foreign_file(url: str, location: str) -> None:
+    path = sqlite_file(url)
+    if path is None:
+        return
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return  # a new file, or a failure SQLite will report in its own words
+    if head and head != _SQLITE_MAGIC:
+        raise _not_sqlite(location)
+
+
+def _not_sqlite(location: str) -> NotADatabaseError:
+    return NotADatabaseError(
+        f"{location}: not an SQLite database; move it aside or point --db/KFACTORY_DB elsewhere"
+    )
+
+
+def _check_supported(version: int, location: str) -> None:
     if version > SCHEMA_VERSION:
         raise NewerSchemaError(
             f"{location}: tuning database schema version {version} is newer than this "
@@ -30,8 +61,10 @@ def open_schema(handle: EngineHandle, location: str) -> int:
             f"--db/KFACTORY_DB at another database"
         )
     if version < 1:
-        raise NotADatabaseError(f"{location}: invalid tuning database schema version {version}")
-    return version
+        raise NotADatabaseError(
+            f"{location}: invalid tuning database schema version {version}; "
+            f"point --db/KFACTORY_DB at another database"
+        )
 
 
 def integrity_ok(engine: Engine) -> bool:
@@ -47,22 +80,44 @@ def integrity_ok(engine: Engine) -> bool:
 
 
 def _stored_version(conn: Connection, location: str) -> int | None:
+    """The stored schema version, or None for a database with nothing of ours in it yet.
+
+    A database holding other tables is refused rather than written into: creating our tables
+    inside another application's SQLite file would silently damage it.
+    """
     tables = set(inspect(conn).get_table_names())
-    if "meta" not in tables:
-        if tables & TABLE_NAMES:
-            raise NotADatabaseError(
-                f"{location}: has tables named like a tuning database but no schema version; "
-                f"point --db/KFACTORY_DB at another file"
-            )
-        return None
-    stored = conn.execute(select(MetaRow.value).where(MetaRow.key == SCHEMA_VERSION_KEY)).scalar()
+    version = _read_version(conn, location) if "meta" in tables else None
+    if version is not None:
+        return version
+    ours, foreign = tables & TABLE_NAMES, tables - TABLE_NAMES
+    if foreign and conn.dialect.name == "sqlite":
+        raise NotADatabaseError(
+            f"{location}: an SQLite database, but not a kernel-factory tuning database; "
+            f"point --db/KFACTORY_DB at another file"
+        )
+    if ours and "meta" not in ours:
+        raise NotADatabaseError(
+            f"{location}: has tables named like a tuning database but no schema version; "
+            f"point --db/KFACTORY_DB at another database"
+        )
+    # Empty, or only an unversioned meta table left by a creation that did not finish.
+    return None
+
+
+def _read_version(conn: Connection, location: str) -> int | None:
+    try:
+        stored = conn.execute(select(MetaRow.value).where(MetaRow.key == SCHEMA_VERSION_KEY)).scalar()
+    except DBAPIError:
+        raise NotADatabaseError(
+            f"{location}: its meta table is not a tuning database's; point --db/KFACTORY_DB at another database"
+        ) from None
     if stored is None:
         return None
     try:
         return int(stored)
     except ValueError:
         raise NotADatabaseError(
-            f"{location}: unreadable schema version {stored!r}; point --db/KFACTORY_DB at another file"
+            f"{location}: unreadable schema version {stored!r}; point --db/KFACTORY_DB at another database"
         ) from None
 
 
@@ -80,7 +135,5 @@ def _create(engine: Engine, location: str) -> int:
 def _open_error(exc: Exception, location: str) -> TuningDBError:
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
     if any(marker in detail for marker in _NOT_A_DATABASE_MARKERS):
-        return NotADatabaseError(
-            f"{location}: not an SQLite database; move it aside or point --db/KFACTORY_DB elsewhere"
-        )
+        return _not_sqlite(location)
     return TuningDBError(f"{location}: cannot open tuning database: {detail}")

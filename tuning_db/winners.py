@@ -10,9 +10,7 @@ from typing import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .devices import to_device_info
 from .models import MeasurementRow, WinnerRow
-from .records import Measurement, Winner
 
 
 class Outcome(enum.Enum):
@@ -66,29 +64,3 @@ def offer(session: Session, candidate: MeasurementRow, now: datetime) -> Outcome
     existing.decided_at = now
     session.flush()
     return Outcome.REPLACED
-
-
-def to_measurement(row: MeasurementRow) -> Measurement:
-    return Measurement(
-        instance=row.instance,
-        median_us=row.median_us,
-        spread_us=row.spread_us,
-        reps=row.reps,
-        verified=row.verified,
-        error=row.error,
-        gbps=row.gbps,
-        tflops=row.tflops,
-    )
-
-
-def to_winner(row: WinnerRow) -> Winner:
-    measurement = row.measurement
-    assert measurement.median_us is not None
-    return Winner(
-        problem_key=row.problem_key,
-        op=row.op,
-        instance=measurement.instance,
-        median_us=measurement.median_us,
-        device=to_device_info(row.device),
-        recorded_at=measurement.recorded_at,
-    )

@@ -1,4 +1,4 @@
-"""kfactory: generate | list | tune | query | db.
+"""kfactory: generate | list | tune | query | db | bench.
 
 User errors (bad problem, unsupported configuration, unreadable DB) print one line and exit 2.
 """
@@ -19,6 +19,7 @@ from rich.table import Table
 
 from . import codegen
 from .backends import BackendError
+from .bench import add_bench_parser
 from .catalog import Instance, select_instances
 from .ops import SOLVERS, solver_for
 from .problem import DType, KernelFactoryError, Layout, Op
@@ -330,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("file")
     _add_db(imp)
     db.set_defaults(func=cmd_db)
+
+    add_bench_parser(sub)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import resources
 from pathlib import Path
 
@@ -12,6 +13,11 @@ def _data_dir(name: str) -> Path:
     checkout = _REPO_ROOT / name
     if checkout.is_dir():
         return checkout
+    # Installed: factory.data.<name> is a namespace package (a data folder without __init__.py), whose
+    # resources.files() is a MultiplexedPath, not a path string; its search location is the folder.
+    spec = importlib.util.find_spec(f"factory.data.{name}")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
     return Path(str(resources.files(f"factory.data.{name}")))
 
 
@@ -21,3 +27,8 @@ def templates_dir() -> Path:
 
 def instances_dir() -> Path:
     return _data_dir("instances")
+
+
+def bench_dir() -> Path:
+    """The benchmark suites (bench/*.toml)."""
+    return _data_dir("bench")

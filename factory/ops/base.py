@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence, Union
+from typing import Any, Callable, Mapping, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -139,3 +139,24 @@ class OpSolver(Protocol):
     def traffic(self, problem: Any) -> tuple[int, int]:
         """(minimum DRAM bytes, multiply-accumulates) for roofline figures."""
         ...
+
+
+@dataclass(frozen=True)
+class TorchBaseline:
+    """PyTorch's own implementation of an op, bound to one set of inputs (what `kfactory bench` times).
+
+    An op module may provide `torch_baseline(problem, inputs) -> TorchBaseline`, where `inputs` maps the
+    op's input TensorSpec names to contiguous physical-layout torch tensors. It is optional: an op
+    without it is benchmarked without a PyTorch comparison. Kept torch-free here; torch is imported by
+    the op module inside the method.
+    """
+
+    run: Callable[[], Any]  # launches PyTorch's op once on the current stream
+    # The last run's results by name, contiguous in our physical layout, in PyTorch's dtype (which may be
+    # narrower than ours, e.g. bf16 where we write fp32; the comparison then allows for it).
+    outputs: Callable[[], dict[str, Any]]
+    note: str = ""  # what differs from our run, e.g. the layout PyTorch was timed in
+
+
+class HasTorchBaseline(Protocol):
+    def torch_baseline(self, problem: Any, inputs: Mapping[str, Any]) -> TorchBaseline: ...

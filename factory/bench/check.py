@@ -1,0 +1,69 @@
+"""Do our outputs agree with PyTorch's on the same inputs? A row that disagrees gets no speed.
+
+The measure is norm-wise: max |ours - theirs| / max |theirs| per output tensor, against a bound per
+output element type. Both sides accumulate in fp32 but in different orders and round the result
+once, so the bound is a couple of output ulps for 16-bit types and well above cuDNN's fp32
+algorithms' error (TF32 is turned off for the comparison). Integers must match exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..ops.base import Role, TensorSpec
+from ..problem import Scalar
+
+AGREEMENT: dict[Scalar, float] = {
+    Scalar.F16: 1e-2,
+    Scalar.BF16: 1.6e-2,  # 2 ulps of bf16's 8-bit significand
+    Scalar.F32: 1e-4,
+    Scalar.I32: 0.0,
+    Scalar.I8: 0.0,
+}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    ok: bool
+    max_rel_err: float  # worst over the outputs
+    tolerance: float  # the bound of the output that came closest to (or crossed) it
+    message: str
+
+
+def _scalar_of(tensor: Any) -> Scalar | None:
+    """The Scalar of a torch tensor's dtype (None for dtypes we have no kernels for)."""
+    name = str(tensor.dtype).replace("torch.", "")
+    return next((s for s in Scalar if s.numpy_name == name), None)
+
+
+def compare_outputs(specs: Sequence[TensorSpec], ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> Agreement:
+    """Compare every OUTPUT tensor of `specs`; the bound is the looser of our and PyTorch's output types."""
+    import torch
+
+    worst, worst_tol, worst_ratio = 0.0, 0.0, -1.0
+    for spec in specs:
+        if spec.role is not Role.OUTPUT:
+            continue
+        if spec.name not in theirs:
+            return Agreement(False, float("inf"), AGREEMENT[spec.scalar], f"{spec.name}: PyTorch produced no such output")
+        tol = max(AGREEMENT[spec.scalar], AGREEMENT.get(_scalar_of(theirs[spec.name]), 0.0))
+        a = ours[spec.name].detach().to(dtype=torch.float64)
+        b = theirs[spec.name].detach().to(device=a.device, dtype=torch.float64)
+        if tuple(a.shape) != tuple(b.shape):
+            return Agreement(False, float("inf"), tol, f"{spec.name}: shape {tuple(a.shape)} vs PyTorch's {tuple(b.shape)}")
+        if not bool(torch.isfinite(a).all()):
+            bad = int((~torch.isfinite(a)).sum())
+            return Agreement(False, float("inf"), tol, f"{spec.name}: {bad} of {a.numel()} elements not finite")
+        if not bool(torch.isfinite(b).all()):
+            return Agreement(False, float("inf"), tol, f"{spec.name}: PyTorch's result is not finite")
+        scale = float(b.abs().max()) if b.numel() else 0.0
+        diff = float((a - b).abs().max()) if a.numel() else 0.0
+        rel = 0.0 if diff == 0.0 else diff / (scale if scale > 0.0 else 1e-30)
+        ratio = rel / tol if tol > 0 else (0.0 if rel == 0.0 else float("inf"))
+        if ratio > worst_ratio:
+            worst_ratio, worst_tol = ratio, tol
+        worst = max(worst, rel)
+        if rel > tol:
+            return Agreement(False, rel, tol, f"{spec.name}: max relative error {rel:.3g} > {tol:.3g}")
+    return Agreement(True, worst, worst_tol, "agrees with PyTorch")

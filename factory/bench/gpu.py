@@ -1,0 +1,101 @@
+"""The real machine behind a run: the CUDA device through PyTorch, our backend, the tuning DB.
+
+Everything here needs a GPU; it is kept out of the row logic (runner.py) so that logic runs on CPU
+in tests.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .model import BenchError
+from .runner import Env, OurKernel
+from .timing import CudaTimer, TimingSettings
+
+# (stage name, total) -> per-item advance callback; the CLI wires these to a progress bar.
+StageHook = Callable[[str, int], Callable[[], None]]
+
+
+@dataclass(frozen=True)
+class Machine:
+    env: Env
+    timer: CudaTimer
+    description: dict[str, Any]  # device, driver, library versions: goes into results.json
+
+
+def open_machine(settings: TimingSettings, db_url: str | None, stage: StageHook, seed: int | None = None) -> Machine:
+    """Check for a GPU (one BenchError line if there is none) and wire PyTorch, our backend and the DB."""
+    try:
+        import torch
+    except ImportError:
+        raise BenchError("kfactory bench needs PyTorch (pip install 'kernel-factory[bench]')") from None
+    if not torch.cuda.is_available():
+        raise BenchError("kfactory bench needs a CUDA GPU visible to PyTorch; none found on this machine")
+    from tuning_db import TuningDB
+
+    from ..backends import BackendError, get_backend
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    # PyTorch's side as the benchmark defines it: cuDNN picks its fastest algorithm per shape; fp32
+    # stays fp32 (no TF32), as ours does, so results are comparable and checkable.
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        backend = get_backend()
+    except BackendError as exc:
+        raise BenchError(f"kfactory bench: {exc}") from None
+    db = TuningDB(db_url)
+    timer = CudaTimer(settings, device)
+
+    def kernel_for(problem: Any) -> OurKernel:
+        return tuned_kernel(problem, backend, db, stage)
+
+    info = backend.device_info()
+    props = torch.cuda.get_device_properties(device)
+    description = {
+        "device": props.name,
+        "sm_count": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "arch": info.arch,
+        "driver": info.driver_version,
+        "compiler": info.compiler_version,
+        "backend": info.backend.value,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "cudnn_benchmark": True,
+        "tf32": False,
+        "db": str(db.location),
+    }
+    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+    env = Env(device=device, timer=timer, kernel_for=kernel_for, synchronize=lambda: torch.cuda.synchronize(device), seed=seed)
+    return Machine(env, timer, description)
+
+
+def tuned_kernel(problem: Any, backend: Any, db: Any, stage: StageHook) -> OurKernel:
+    """The DB's winner on this device; tune (and store) first when there is none, as select(mode=tune)."""
+    from ..api import NotTuned, SelectMode, select, tune_problem
+    from ..tuner import Progress
+
+    try:
+        return select(problem, mode=SelectMode.DB, backend=backend, db=db)
+    except NotTuned:
+        pass
+    advance: dict[str, Callable[[], None]] = {}
+
+    def on_stage(name: str, total: int) -> None:
+        advance[name] = stage(f"tune {name}", total)
+
+    hooks = Progress(
+        on_stage=on_stage,
+        on_compiled=lambda name, ok: advance["compile"](),
+        on_measured=lambda m: advance["benchmark"](),
+    )
+    outcome = tune_problem(problem, backend, db, progress=hooks)
+    if outcome.winner is None:
+        raise NotTuned(f"tuning verified no instance for {problem.key}")
+    return select(problem, mode=SelectMode.DB, backend=backend, db=db)
+

@@ -1,0 +1,71 @@
+"""One timing function for every contender (our kernels, PyTorch's ops, the ceilings).
+
+As triton.testing.do_bench and the tuner: warm-up, then per rep an L2 flush (zeroing a 256 MiB
+buffer), a start event, the call, an end event, all on the current CUDA stream; the median and the
+spread of the per-rep times. The flush also keeps the GPU busy while the host enqueues the call, so
+host-side launch overhead (Python checks, PyTorch dispatch) stays out of the events.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..tuner import L2_FLUSH_BYTES
+from .model import Timing
+
+MIN_REPS = 30  # below this a run is a smoke test; the report says so
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    reps: int = 50
+    warmup: int = 10
+
+
+class CudaTimer:
+    """Times a callable with torch.cuda events; the same instance times ours and PyTorch's."""
+
+    def __init__(self, settings: TimingSettings, device: Any) -> None:
+        import torch
+
+        if settings.reps < 1 or settings.warmup < 0:
+            raise ValueError("reps must be >= 1 and warmup >= 0")
+        self.settings = settings
+        self.device = device
+        self._torch = torch
+        self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
+        self.flush_us = self._flush_time()
+
+    def _flush_time(self) -> float:
+        """GPU time of one flush: the host budget for enqueueing a call without the GPU going idle."""
+        torch = self._torch
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(5)]
+        for start, end in events:
+            start.record()
+            self._flush.zero_()
+            end.record()
+        torch.cuda.synchronize(self.device)
+        return statistics.median([s.elapsed_time(e) * 1000.0 for s, e in events])
+
+    def __call__(self, fn: Callable[[], Any]) -> Timing:
+        torch = self._torch
+        for _ in range(self.settings.warmup):
+            fn()
+        torch.cuda.synchronize(self.device)
+        reps = self.settings.reps
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        host: list[float] = []
+        for start, end in zip(starts, ends):
+            self._flush.zero_()
+            start.record()
+            t0 = time.perf_counter()
+            fn()
+            host.append((time.perf_counter() - t0) * 1e6)
+            end.record()
+        torch.cuda.synchronize(self.device)
+        samples = [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+        return Timing.from_samples(samples, host_us=statistics.median(host), flush_us=self.flush_us)

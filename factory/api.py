@@ -109,6 +109,9 @@ class Kernel:
             raise KernelFactoryError(f"{instance.name} failed to compile: {outcome.error}")
         self._prepared = PreparedPlan(LoadedBinary(backend, outcome.binary, {}), self.plan)
         self._workspace = backend.alloc(self.plan.workspace_bytes) if self.plan.workspace_bytes else 0
+        # What run() accepts per tensor, computed once: run() sits on the caller's hot path.
+        self._accepted = {name: self._accepted_layouts(name) for name in self.specs}
+        self._dtypes = {name: _framework_dtype(spec) for name, spec in self.specs.items()}
 
     @property
     def name(self) -> str:
@@ -151,20 +154,24 @@ class Kernel:
         self._prepared.enqueue(stream)
 
     # --- tensor checks --------------------------------------------------------------------------
-    def _check_tensor(self, name: str, value: Any) -> tuple[int, int | None]:
+    def _accepted_layouts(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         spec = self.specs[name]
-        shape, strides, dtype_name, on_gpu, ptr, stream = _describe(value)
-        if not on_gpu:
-            raise TensorMismatch(f"{name}: must be on the GPU, got a host tensor")
-        want_dtype = _framework_dtype(spec)
-        if dtype_name not in want_dtype:
-            raise TensorMismatch(f"{name}: dtype {dtype_name}, expected {' or '.join(sorted(want_dtype))}")
         accepted = [(spec.shape, _contiguous_strides(spec.shape))]
         view = getattr(self._solver, "framework_view", None)
         if view is not None:
             alt = view(self.problem, name)
             if alt is not None:
                 accepted.append(alt)
+        return accepted
+
+    def _check_tensor(self, name: str, value: Any) -> tuple[int, int | None]:
+        shape, strides, dtype_name, on_gpu, ptr, stream = _describe(value)
+        if not on_gpu:
+            raise TensorMismatch(f"{name}: must be on the GPU, got a host tensor")
+        want_dtype = self._dtypes[name]
+        if dtype_name not in want_dtype:
+            raise TensorMismatch(f"{name}: dtype {dtype_name}, expected {' or '.join(sorted(want_dtype))}")
+        accepted = self._accepted[name]
         if not any(_same_layout(shape, strides, s, t) for s, t in accepted):
             shown = " or ".join(f"shape {tuple(s)} strides {tuple(t)}" for s, t in accepted)
             raise TensorMismatch(f"{name}: shape {tuple(shape)} strides {tuple(strides)}; expected {shown}")

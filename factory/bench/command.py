@@ -45,7 +45,8 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    console = Console()
+    # A wide table stays one line per row when piped to a file or a log (rich assumes 80 columns there).
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     if args.compare:
         return _compare(console, *args.compare)
     suite = load_suite(args.suite)

@@ -103,6 +103,9 @@ def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+NOTE_WIDTH = 48  # the table shows the start of a note; results.csv / .json hold it whole
+
+
 def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, title: str = "kfactory bench") -> None:
     """The rows, then the geometric-mean speedup per op and overall (rich Console)."""
     from rich.markup import escape
@@ -120,7 +123,8 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
         status = row.status.label if row.status is not Status.OK else ""
         if row.status is Status.WRONG:
             status = f"[bold red]{status}[/]"
-        note = "; ".join(t for t in (status, escape(row.note)) if t)
+        short = row.note if len(row.note) <= NOTE_WIDTH else row.note[: NOTE_WIDTH - 1] + "…"
+        note = "; ".join(t for t in (status, escape(short)) if t)
         table.add_row(
             row.op.value, escape(row.case), row.dtype.value, row.layout.name,
             _timing_text(row.ours), _timing_text(row.torch), speed_text,

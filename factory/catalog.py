@@ -87,7 +87,11 @@ def _build_params(params_type: type, raw: dict[str, Any], source: str) -> Any:
             continue
         enum_type = _enum_type(params_type, name)
         if enum_type is not None:
-            values[name] = enum_type(values[name])
+            try:
+                values[name] = enum_type(values[name])
+            except ValueError:
+                choices = ", ".join(str(m.value) for m in enum_type)
+                raise CatalogError(f"{source}: {name} = {values[name]!r}; choose one of: {choices}") from None
     try:
         return params_type(**values)
     except (TypeError, ValueError) as exc:
@@ -102,21 +106,35 @@ def _enum_type(params_type: type, name: str) -> type[enum.Enum] | None:
     return hint if isinstance(hint, type) and issubclass(hint, enum.Enum) else None
 
 
+_FILE_FIELDS = ("op", "family", "layouts", "dtypes", "ndims")
+
+
 def load_catalog_file(path: Path) -> list[Instance]:
     """Every instance one catalog file describes (points x allowed cells, duplicates dropped)."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{path.name}: {exc}") from None
-    op = Op.parse(data["op"])
-    solver = solver_for(op)
+    missing = [key for key in _FILE_FIELDS if key not in data]
+    if missing:
+        raise CatalogError(f"{path.name}: missing field(s) {missing}")
+    unknown = sorted(set(data) - set(_FILE_FIELDS) - {"point"})
+    if unknown:
+        raise CatalogError(f"{path.name}: unknown field(s) {unknown}; fields: {', '.join(_FILE_FIELDS)}, point")
+    try:
+        op = Op.parse(data["op"])
+        solver = solver_for(op)
+        layouts = [Layout.parse(x) for x in data["layouts"]]
+        dtypes = [DType.parse(x) for x in data["dtypes"]]
+    except KernelFactoryError as exc:
+        raise CatalogError(f"{path.name}: {exc}") from None
     family = data["family"]
     if family not in solver.families:
         raise CatalogError(f"{path.name}: unknown family {family!r} for {op.value}")
     spec = solver.families[family]
-    layouts = [Layout.parse(x) for x in data["layouts"]]
-    dtypes = [DType.parse(x) for x in data["dtypes"]]
-    ndims = [int(x) for x in data["ndims"]]
+    ndims = list(data["ndims"])
+    if any(n not in (1, 2, 3) or isinstance(n, bool) for n in ndims):
+        raise CatalogError(f"{path.name}: ndims must be 1, 2 or 3, got {ndims}")
     seen: dict[str, Instance] = {}
     for index, point in enumerate(data.get("point", [])):
         for raw in _expand_point(point):
@@ -165,12 +183,21 @@ def select_instances(
     ]
 
 
+@lru_cache(maxsize=None)
+def _by_name(directory: str) -> dict[str, Instance]:
+    index: dict[str, Instance] = {}
+    for inst in _catalog(directory):
+        index.setdefault(inst.name, inst)
+    return index
+
+
 def instance_by_name(name: str) -> Instance:
-    """Parse a name back to its Instance; it must exist in the shipped catalogs."""
-    for inst in all_instances():
-        if inst.name == name:
-            return inst
-    raise CatalogError(f"no instance named {name!r} in the catalogs")
+    """Parse a name back to its Instance; it must exist in the shipped catalogs (a dict lookup: forced
+    selection and DB queries resolve names on the serving path)."""
+    inst = _by_name(str(instances_dir())).get(name)
+    if inst is None:
+        raise CatalogError(f"no instance named {name!r} in the catalogs")
+    return inst
 
 
 _NAME_RE = re.compile(r"^(?P<op>[a-z_]+?)_(?P<ndim>[123])d_(?P<rest>.+)$")

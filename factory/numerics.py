@@ -41,6 +41,15 @@ def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], scalar: Scal
     return values.astype(STORAGE[scalar])
 
 
+def to_storage(values: np.ndarray, scalar: Scalar) -> np.ndarray:
+    """Float values rounded to a floating storage type (round-to-nearest-even, as the device converts)."""
+    if scalar is Scalar.BF16:
+        return float_to_bf16_bits(np.asarray(values, dtype=np.float32))
+    if not scalar.is_float:
+        raise ValueError(f"to_storage takes a floating storage type, not {scalar.name}")
+    return np.asarray(values, dtype=np.float32).astype(STORAGE[scalar])
+
+
 def exact_values(array: np.ndarray, scalar: Scalar) -> np.ndarray:
     """float64 (or int64) values of a storage array, for references."""
     if scalar is Scalar.BF16:

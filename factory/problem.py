@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 
 class KernelFactoryError(Exception):
@@ -17,7 +17,7 @@ class KernelFactoryError(Exception):
 
 
 class InvalidProblem(KernelFactoryError, ValueError):
-    """A problem field holds a value no convolution can have."""
+    """A problem field holds a value no problem of its op can have."""
 
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"invalid {field_name}: {message}")
@@ -301,30 +301,15 @@ def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV
 
     stride/pad/dilation may be one number for all dims; they default to 1/0/1.
     """
-    values: dict[str, str] = {}
-    for token in (t.strip() for t in spec.split(",")):
-        if not token:
-            continue
-        if "=" not in token:
-            raise ProblemSyntaxError(f"bad token {token!r} in problem: expected name=value")
-        name, _, value = (s.strip() for s in token.partition("="))
-        canon = {f.lower(): f for f in _CONV_FIELDS}.get(name.lower())
-        if canon is None:
-            raise ProblemSyntaxError(f"bad token {token!r} in problem: unknown field {name!r}; fields: {', '.join(_CONV_FIELDS)}")
-        if canon in values:
-            raise ProblemSyntaxError(f"bad token {token!r} in problem: {canon} given twice")
-        values[canon] = value
-    for required in ("N", "G", "C", "K", "input", "filter"):
-        if required not in values:
-            raise ProblemSyntaxError(f"problem is missing {required}= (fields: {', '.join(_CONV_FIELDS)})")
-    scalars = {name: _parse_int(values[name], name) for name in ("N", "G", "C", "K")}
-    spatial_in = _parse_dims(values["input"], "input")
+    values = parse_fields(spec, _CONV_FIELDS, required=("N", "G", "C", "K", "input", "filter"))
+    scalars = {name: parse_int(values[name], name) for name in ("N", "G", "C", "K")}
+    spatial_in = parse_dims(values["input"], "input")
     ndim = len(spatial_in)
 
     def per_dim(name: str, default: int) -> tuple[int, ...]:
         if name not in values:
             return (default,) * ndim
-        dims = _parse_dims(values[name], name)
+        dims = parse_dims(values[name], name)
         return dims * ndim if len(dims) == 1 and ndim > 1 else dims
 
     return ConvProblem(
@@ -340,14 +325,39 @@ def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV
     )
 
 
-def _parse_int(text: str, name: str) -> int:
+def parse_fields(spec: str, fields: Sequence[str], required: Sequence[str]) -> dict[str, str]:
+    """Split 'name=value,...' into {canonical field name: value text}; any op's --problem string.
+
+    Field names match case-insensitively; a malformed, unknown or repeated token is named in the error.
+    """
+    canonical = {f.lower(): f for f in fields}
+    values: dict[str, str] = {}
+    for token in (t.strip() for t in spec.split(",")):
+        if not token:
+            continue
+        if "=" not in token:
+            raise ProblemSyntaxError(f"bad token {token!r} in problem: expected name=value")
+        name, _, value = (s.strip() for s in token.partition("="))
+        canon = canonical.get(name.lower())
+        if canon is None:
+            raise ProblemSyntaxError(f"bad token {token!r} in problem: unknown field {name!r}; fields: {', '.join(fields)}")
+        if canon in values:
+            raise ProblemSyntaxError(f"bad token {token!r} in problem: {canon} given twice")
+        values[canon] = value
+    for name in required:
+        if name not in values:
+            raise ProblemSyntaxError(f"problem is missing {name}= (fields: {', '.join(fields)})")
+    return values
+
+
+def parse_int(text: str, name: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise ProblemSyntaxError(f"bad token {name}={text!r} in problem: {text!r} is not an integer") from None
 
 
-def _parse_dims(text: str, name: str) -> tuple[int, ...]:
+def parse_dims(text: str, name: str) -> tuple[int, ...]:
     try:
         return tuple(int(p) for p in text.lower().split("x"))
     except ValueError:

@@ -3,6 +3,9 @@
 Timing follows triton.testing.do_bench: warm-up, an L2 flush before every rep, device events around
 the kernel alone, the median of the reps. Inputs are fresh random data; outputs are poisoned before
 the verification run. A candidate that fails to compile, launch or verify is recorded with its error.
+
+Inputs are uniform in [-1, 1) unless the op's solver provides `random_inputs(problem, rng)`, for
+inputs that must hang together (a normalization's statistics are those of its input).
 """
 
 from __future__ import annotations
@@ -118,6 +121,12 @@ def make_host_inputs(specs: Sequence[TensorSpec], rng: np.random.Generator) -> d
     return {s.name: numerics.random_tensor(rng, s.shape, s.scalar) for s in specs if s.role is Role.INPUT}
 
 
+def problem_inputs(solver: Any, problem: Any, specs: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Host inputs in storage types: the solver's own `random_inputs` when it has one, else uniform."""
+    custom = getattr(solver, "random_inputs", None)
+    return custom(problem, rng) if custom is not None else make_host_inputs(specs, rng)
+
+
 def tune(
     problem: Any,
     candidates: Sequence[Instance],
@@ -146,7 +155,7 @@ def tune(
 
     specs = solver.tensors(problem)
     seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
-    host = make_host_inputs(specs, np.random.default_rng(seed))
+    host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
     values = {name: numerics.exact_values(arr, next(s.scalar for s in specs if s.name == name)) for name, arr in host.items()}
     ref, abs_ref = reference_outputs(solver, problem, values)
     min_bytes, macs = solver.traffic(problem)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from ..problem import Op, UnsupportedProblem
 from .base import OpSolver
 from .conv_bwd_weight import SOLVER as _CONV_BWD_WEIGHT
+from .groupnorm_bwd import SOLVER as _GROUPNORM_BWD
 
 SOLVERS: dict[Op, OpSolver] = {
     Op.CONV_BWD_WEIGHT: _CONV_BWD_WEIGHT,
+    Op.GROUPNORM_BWD: _GROUPNORM_BWD,
 }
 
 

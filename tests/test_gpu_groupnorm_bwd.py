@@ -1,0 +1,69 @@
+"""On a GPU: every groupnorm_bwd instance that applies to each problem matches the numpy reference on
+fresh inputs (statistics those of x), outputs and workspace poisoned first; and a Kernel run on
+PyTorch-shaped tensors agrees with PyTorch's own GroupNorm backward."""
+
+import numpy as np
+import pytest
+
+from factory.ops.groupnorm_bwd import SOLVER, parse_groupnorm_problem
+from factory.problem import DType, Layout
+from factory.selector import lookup
+from factory.tuner import TuneSettings, tune
+from groupnorm_problems import problems
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from factory.backends import get_backend
+
+    return get_backend()
+
+
+@pytest.mark.parametrize("problem", problems(), ids=lambda p: p.key)
+def test_every_applicable_instance_matches_reference(problem, backend):
+    candidates = lookup(problem)
+    assert candidates, "no instance applies"
+    assert {c.family for c in candidates} == set(SOLVER.families)
+    measurements = tune(problem, candidates, backend, TuneSettings(reps=3, warmup=1, seed=7))
+    failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
+    print(f"{problem.key}: {len(measurements) - len(failed)}/{len(measurements)} verified")
+    assert len(measurements) == len(candidates)
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.FP32])
+def test_kernel_run_on_torch_tensors_agrees_with_pytorch(layout, dtype, backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    from factory.api import SelectMode, TensorMismatch, select
+
+    problem = parse_groupnorm_problem("N=3,C=64,G=8,input=14x14", layout, dtype)
+    tdtype = {DType.FP16: torch.float16, DType.FP32: torch.float32}[dtype]
+    fmt = torch.channels_last if layout is Layout.NHWGC else torch.contiguous_format
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(3, 64, 14, 14, device="cuda", generator=gen).to(tdtype).to(memory_format=fmt)
+    dy = torch.randn(3, 64, 14, 14, device="cuda", generator=gen).to(tdtype).to(memory_format=fmt)
+    gamma = torch.randn(64, device="cuda", generator=gen).to(tdtype)
+    groups = x.float().reshape(3, 8, -1)
+    mean = groups.mean(-1)
+    rstd = (groups.var(-1, unbiased=False) + 1e-5).rsqrt()
+    dx = torch.empty_like(x)
+    dgamma, dbeta = torch.empty_like(gamma), torch.empty_like(gamma)
+    kernel = select(problem, mode=SelectMode.HEURISTIC, backend=backend)
+    kernel.run(x=x, dy=dy, mean=mean, rstd=rstd, gamma=gamma, dx=dx, dgamma=dgamma, dbeta=dbeta)
+    torch.cuda.synchronize()
+    ref = torch.ops.aten.native_group_norm_backward(
+        dy.double().contiguous(), x.double().contiguous(), mean.double(), rstd.double(), gamma.double(),
+        3, 64, 196, 8, [True, True, True])
+    for got, want in zip((dx, dgamma, dbeta), ref):
+        err = (got.double() - want).abs().max() / want.abs().max()
+        assert float(err) < (1e-2 if dtype is DType.FP16 else 1e-5)
+    with pytest.raises(TensorMismatch, match="mean"):
+        kernel.run(x=x, dy=dy, mean=mean.half(), rstd=rstd, gamma=gamma, dx=dx, dgamma=dgamma, dbeta=dbeta)
+    with pytest.raises(TensorMismatch, match="dy"):
+        kernel.run(x=x, dy=dy[:, :, :, :13], mean=mean, rstd=rstd, gamma=gamma, dx=dx, dgamma=dgamma, dbeta=dbeta)
+    assert np.isfinite(dx.float().cpu().numpy()).all()

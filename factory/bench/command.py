@@ -39,6 +39,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
     p.add_argument("--seed", type=int, help="seed of the random inputs (default: fresh)")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
+    p.add_argument("--replot", metavar="RESULTS.json", help="redraw speedup.png and roofline.png in --out from a stored run; runs nothing")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="per-case ratios between two runs; runs nothing")
     p.set_defaults(func=cmd_bench)
     return p
@@ -49,6 +50,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=200)
     if args.compare:
         return _compare(console, *args.compare)
+    if args.replot:
+        return _replot(args.replot, args.out)
     suite = load_suite(args.suite)
     items = expand(suite, parse_ops(args.ops), parse_dtypes(args.dtypes), parse_list(args.cases) or None)
     if args.reps < 1 or args.warmup < 0:
@@ -119,6 +122,16 @@ def _compare(console: Console, a: str, b: str) -> int:
     from .compare import compare_runs, load_results, print_comparison
 
     print_comparison(console, compare_runs(load_results(a), load_results(b)), a, b)
+    return 0
+
+
+def _replot(results: str, out: str) -> int:
+    from .compare import load_results
+    from .report import replot
+
+    load_results(results)  # a missing or foreign file is a one-line BenchError
+    for path in replot(Path(results), Path(out)):
+        print(f"wrote {path}")
     return 0
 
 

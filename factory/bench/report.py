@@ -85,6 +85,34 @@ def write_json(path: Path, rows: Sequence[Row], ceilings: Ceilings | None, meta:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def _timing_from(rec: Mapping[str, Any], side: str) -> Timing | None:
+    median = rec.get(f"{side}_us")
+    if median is None:
+        return None
+    return Timing(float(median), float(rec.get(f"{side}_iqr_us") or 0.0), float(median), float(median), int(rec.get("reps") or 0))
+
+
+def row_from_record(rec: Mapping[str, Any]) -> Row:
+    """A Row back from its results.json record (spread beyond the IQR and host timings are not stored)."""
+    from ..problem import DType, Layout, Op
+
+    return Row(
+        op=Op(rec["op"]), case=rec["case"], dtype=DType(rec["dtype"]), layout=Layout[rec["layout"]],
+        status=Status(rec["status"]), problem=rec.get("problem") or "", instance=rec.get("instance"),
+        ours=_timing_from(rec, "ours"), torch=_timing_from(rec, "torch"), max_rel_err=rec.get("max_rel_err"),
+        tolerance=rec.get("tolerance"), min_bytes=rec.get("min_bytes"), macs=rec.get("macs"), note=rec.get("note") or "",
+    )
+
+
+def replot(results: Path, out: Path) -> list[Path]:
+    """speedup.png and roofline.png redrawn from a stored results.json (no GPU needed)."""
+    data = json.loads(results.read_text())
+    rows = [row_from_record(r) for r in data["rows"]]
+    ceilings = Ceilings(**data["ceilings"]) if data.get("ceilings") else None
+    out.mkdir(parents=True, exist_ok=True)
+    return [plot_speedup(out / "speedup.png", rows), plot_roofline(out / "roofline.png", rows, ceilings)]
+
+
 def write_all(out: Path, rows: Sequence[Row], ceilings: Ceilings | None, meta: Mapping[str, Any]) -> list[Path]:
     """Every output file; PNGs only when matplotlib is installed (the list says what was written)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -166,7 +194,13 @@ def _figure(n_bars: int, width: float = 10.0) -> tuple[Any, Any]:
 
 
 def _label(row: Row) -> str:
-    return f"{row.op.value}/{row.case} {row.dtype.value} {row.layout.name}"
+    # Separators that are glyphs, not spaces: some minimal font setups render a space with no width.
+    return f"{row.op.value} | {row.case} | {row.dtype.value} | {row.layout.name}"
+
+
+def _speedup_tick(exponent: int) -> str:
+    """2**exponent as a short label: 1/64×, 1/2×, 1×, 4×."""
+    return f"{2 ** exponent}×" if exponent >= 0 else f"1/{2 ** -exponent}×"
 
 
 def plot_speedup(path: Path, rows: Sequence[Row]) -> Path:
@@ -192,7 +226,7 @@ def plot_speedup(path: Path, rows: Sequence[Row]) -> Path:
     lim = math.ceil(span + 0.5)
     ax.set_xlim(-lim, lim)
     ticks = list(range(-lim, lim + 1))
-    ax.set_xticks(ticks, [f"{2.0 ** t:g}×" for t in ticks])
+    ax.set_xticks(ticks, [_speedup_tick(t) for t in ticks], fontsize=8)
     ax.set_xlabel("speedup over PyTorch (log scale; right of the 1× line: ours faster)")
     wins = sum(1 for s in speeds if s is not None and s >= 1)
     measured = sum(1 for s in speeds if s is not None)
@@ -228,7 +262,7 @@ def plot_roofline(path: Path, rows: Sequence[Row], ceilings: Ceilings | None) ->
     bw = f" ({ceilings.copy_gbps:.0f} GB/s copy)" if ceilings else ""
     ax.set_xlabel(f"achieved % of DRAM roofline: minimum bytes / time / measured bandwidth{bw}")
     ax.set_title("How close each case runs to the memory roofline")
-    ax.legend(loc="lower right")
+    fig.legend(loc="outside upper right", ncols=3)  # above the bars, never over one
     ax.grid(axis="x", alpha=0.3)
     if not timed:
         ax.text(0.5, 0.5, "no timed rows", transform=ax.transAxes, ha="center")

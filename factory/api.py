@@ -133,13 +133,15 @@ class Kernel:
         if missing or extra:
             raise TensorMismatch(f"run() takes {', '.join(self.specs)}; missing {sorted(missing)}, unexpected {sorted(extra)}")
         pointers: dict[str, int] = {}
-        streams = set()
+        devices = set()
         for name, value in tensors.items():
-            pointers[name], tensor_stream = self._check_tensor(name, value)
-            if tensor_stream is not None:
-                streams.add(tensor_stream)
+            pointers[name], device = self._check_tensor(name, value)
+            devices.add(device)
+        if len(devices) > 1:
+            raise TensorMismatch(f"tensors on different GPUs {sorted(devices)}: one kernel runs on one device")
         if stream is None:
-            stream = streams.pop() if len(streams) == 1 else 0
+            # One stream lookup per call (not per tensor): it costs microseconds on the caller's hot path.
+            stream = _current_stream(next(iter(tensors.values()))) or 0
         self.run_pointers(pointers, stream)
 
     def run_pointers(self, pointers: Mapping[str, int], stream: int = 0) -> None:
@@ -164,9 +166,10 @@ class Kernel:
                 accepted.append(alt)
         return accepted
 
-    def _check_tensor(self, name: str, value: Any) -> tuple[int, int | None]:
-        shape, strides, dtype_name, on_gpu, ptr, stream = _describe(value)
-        if not on_gpu:
+    def _check_tensor(self, name: str, value: Any) -> tuple[int, int]:
+        """(data pointer, device index) of a tensor that matches the spec named `name`."""
+        shape, strides, dtype_name, device, ptr = _describe(value)
+        if device is None:
             raise TensorMismatch(f"{name}: must be on the GPU, got a host tensor")
         want_dtype = self._dtypes[name]
         if dtype_name not in want_dtype:
@@ -175,7 +178,7 @@ class Kernel:
         if not any(_same_layout(shape, strides, s, t) for s, t in accepted):
             shown = " or ".join(f"shape {tuple(s)} strides {tuple(t)}" for s, t in accepted)
             raise TensorMismatch(f"{name}: shape {tuple(shape)} strides {tuple(strides)}; expected {shown}")
-        return ptr, stream
+        return ptr, device
 
 
 def _same_layout(shape, strides, want_shape, want_strides) -> bool:
@@ -203,18 +206,39 @@ def _framework_dtype(spec: TensorSpec) -> set[str]:
     }[spec.scalar.numpy_name]
 
 
-def _describe(value: Any) -> tuple[tuple[int, ...], tuple[int, ...], str, bool, int, int | None]:
-    """(shape, element strides, dtype name, on GPU, data pointer, current stream) of a torch/CuPy array."""
+def _framework(value: Any) -> str:
     module = type(value).__module__.split(".")[0]
-    if module == "torch":
+    if module not in ("torch", "cupy"):
+        raise TensorMismatch(f"unsupported tensor type {type(value).__name__}: pass torch tensors, CuPy arrays, or use run_pointers")
+    return module
+
+
+def _describe(value: Any) -> tuple[tuple[int, ...], tuple[int, ...], str, int | None, int]:
+    """(shape, element strides, dtype name, GPU index or None for host memory, data pointer) of a torch/CuPy array."""
+    if _framework(value) == "torch":
+        device = value.device
+        index = (device.index or 0) if device.type == "cuda" else None
+        return tuple(value.shape), tuple(value.stride()), _torch_dtype_name(value.dtype), index, value.data_ptr()
+    strides = tuple(s // value.itemsize for s in value.strides)
+    return tuple(value.shape), strides, str(value.dtype), int(value.device.id), int(value.data.ptr)
+
+
+def _current_stream(value: Any) -> int | None:
+    """The framework's current stream on the value's device (None for host memory)."""
+    if _framework(value) == "torch":
         import torch
 
-        on_gpu = bool(value.is_cuda)
-        stream = torch.cuda.current_stream(value.device).cuda_stream if on_gpu else None
-        return tuple(value.shape), tuple(value.stride()), str(value.dtype).replace("torch.", ""), on_gpu, value.data_ptr(), stream
-    if module == "cupy":
-        import cupy
+        return torch.cuda.current_stream(value.device).cuda_stream if value.is_cuda else None
+    import cupy
 
-        strides = tuple(s // value.itemsize for s in value.strides)
-        return tuple(value.shape), strides, str(value.dtype), True, int(value.data.ptr), cupy.cuda.get_current_stream().ptr
-    raise TensorMismatch(f"unsupported tensor type {type(value).__name__}: pass torch tensors, CuPy arrays, or use run_pointers")
+    return cupy.cuda.get_current_stream().ptr
+
+
+_TORCH_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _torch_dtype_name(dtype: Any) -> str:
+    name = _TORCH_DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _TORCH_DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name

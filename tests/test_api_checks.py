@@ -99,10 +99,11 @@ def as_device_tensors(monkeypatch):
     real = api._describe
 
     def describe(value):
-        shape, strides, dtype, _on_gpu, ptr, _stream = real(value)
-        return shape, strides, dtype, True, ptr, None
+        shape, strides, dtype, _device, ptr = real(value)
+        return shape, strides, dtype, 0, ptr
 
     monkeypatch.setattr(api, "_describe", describe)
+    monkeypatch.setattr(api, "_current_stream", lambda value: None)
 
 
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -251,8 +252,8 @@ def test_run_refuses_other_array_types(kernel, backend):
 
 def test_describe_reports_element_strides_of_host_tensors():
     t = torch.zeros((2, 6, 5, 4), dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    shape, strides, dtype, on_gpu, ptr, stream = api._describe(t)
-    assert (shape, strides, dtype, on_gpu, ptr, stream) == ((2, 6, 5, 4), (120, 1, 24, 6), "bfloat16", False, t.data_ptr(), None)
+    assert api._describe(t) == ((2, 6, 5, 4), (120, 1, 24, 6), "bfloat16", None, t.data_ptr())
+    assert api._current_stream(t) is None
 
 
 # --- Kernel.run: dtype, shape, strides (host tensors presented as device tensors) -----------------
@@ -266,6 +267,26 @@ def test_run_launches_on_channels_last_tensors(kernel, backend, as_device_tensor
     assert main_args[:2] == (tensors["input"].data_ptr(), tensors["grad_output"].data_ptr())
     if any(isinstance(s, Memset) for s in kernel.plan.steps):  # atomic split-K into a workspace
         assert backend.memsets and backend.memsets[0][0] == 0x7000_1000 and backend.allocs == [kernel.plan.workspace_bytes]
+
+
+def test_run_takes_the_current_stream_once_and_refuses_tensors_on_two_gpus(kernel, backend, monkeypatch):
+    tensors = torch_tensors(kernel.problem)
+    on_second_gpu = tensors["grad_weight"].data_ptr()
+    real = api._describe
+
+    def describe(value):
+        shape, strides, dtype, _device, ptr = real(value)
+        return shape, strides, dtype, (1 if ptr == on_second_gpu else 0), ptr
+
+    lookups = []
+    monkeypatch.setattr(api, "_describe", describe)
+    monkeypatch.setattr(api, "_current_stream", lambda value: lookups.append(value) or 5)
+    with pytest.raises(TensorMismatch, match=r"different GPUs \[0, 1\]"):
+        kernel.run(**tensors)
+    assert not backend.launches and not lookups
+    on_second_gpu = None
+    kernel.run(**tensors)
+    assert len(lookups) == 1 and {stream for _, _, stream in backend.launches} == {5}
 
 
 def test_run_launches_on_physical_layout_tensors(kernel, backend, as_device_tensors):

@@ -334,10 +334,11 @@ def host_tensors_as_device(monkeypatch, tmp_path):
     real = api._describe
 
     def describe(value):
-        shape, strides, dtype, _on_gpu, ptr, _stream = real(value)
-        return shape, strides, dtype, True, ptr, None
+        shape, strides, dtype, _device, ptr = real(value)
+        return shape, strides, dtype, 0, ptr
 
     monkeypatch.setattr(api, "_describe", describe)
+    monkeypatch.setattr(api, "_current_stream", lambda value: None)
 
 
 @pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])

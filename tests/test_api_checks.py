@@ -3,7 +3,7 @@
 Kernels are built for real (NVRTC compiles the instance to an sm_90 cubin, no GPU needed) on a fake
 backend that records what would reach the device; every check must fail before anything is launched.
 Torch tensors on this machine live on the host, so the shape/stride/dtype checks are reached by
-presenting host tensors as device tensors (`as_device_tensors`); the host-tensor refusal itself is
+presenting host tensors as device tensors (`host_tensors_as_device`); the host-tensor refusal itself is
 tested with the real description.
 """
 
@@ -91,19 +91,6 @@ def _private_db(monkeypatch, tmp_path):
 @pytest.fixture
 def backend() -> FakeBackend:
     return FakeBackend()
-
-
-@pytest.fixture
-def as_device_tensors(monkeypatch):
-    """Describe host torch tensors as device tensors, so the checks after the device check run."""
-    real = api._describe
-
-    def describe(value):
-        shape, strides, dtype, _device, ptr = real(value)
-        return shape, strides, dtype, 0, ptr
-
-    monkeypatch.setattr(api, "_describe", describe)
-    monkeypatch.setattr(api, "_current_stream", lambda value: None)
 
 
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -257,7 +244,7 @@ def test_describe_reports_element_strides_of_host_tensors():
 
 
 # --- Kernel.run: dtype, shape, strides (host tensors presented as device tensors) -----------------
-def test_run_launches_on_channels_last_tensors(kernel, backend, as_device_tensors):
+def test_run_launches_on_channels_last_tensors(kernel, backend, host_tensors_as_device):
     tensors = torch_tensors(kernel.problem)
     kernel.run(stream=7, **tensors)
     launches = [s for s in kernel.plan.steps if isinstance(s, Launch)]
@@ -289,7 +276,7 @@ def test_run_takes_the_current_stream_once_and_refuses_tensors_on_two_gpus(kerne
     assert len(lookups) == 1 and {stream for _, _, stream in backend.launches} == {5}
 
 
-def test_run_launches_on_physical_layout_tensors(kernel, backend, as_device_tensors):
+def test_run_launches_on_physical_layout_tensors(kernel, backend, host_tensors_as_device):
     tensors = {name: physical(kernel, name) for name in kernel.tensor_names}
     kernel.run(**tensors)
     assert backend.launches and {stream for _, _, stream in backend.launches} == {0}
@@ -304,7 +291,7 @@ def test_run_launches_on_physical_layout_tensors(kernel, backend, as_device_tens
     ("grad_weight", lambda p: framework(p, "grad_weight", channels_last=False), "grad_weight: shape (32, 8, 3, 3) strides (72, 9, 3, 1)"),
     ("grad_output", lambda p: framework(p, "grad_output").permute(0, 1, 3, 2), "grad_output: shape (4, 32, 16, 16) strides (8192, 1, 32, 512)"),
 ])
-def test_run_refuses_wrong_dtype_shape_or_strides(kernel, backend, as_device_tensors, name, tensor, message):
+def test_run_refuses_wrong_dtype_shape_or_strides(kernel, backend, host_tensors_as_device, name, tensor, message):
     tensors = torch_tensors(kernel.problem, **{name: tensor(kernel.problem)})
     with pytest.raises(TensorMismatch) as info:
         kernel.run(**tensors)
@@ -312,7 +299,7 @@ def test_run_refuses_wrong_dtype_shape_or_strides(kernel, backend, as_device_ten
     assert not backend.touched_device
 
 
-def test_mismatch_names_both_accepted_forms(kernel, as_device_tensors):
+def test_mismatch_names_both_accepted_forms(kernel, host_tensors_as_device):
     with pytest.raises(TensorMismatch) as info:
         kernel.run(**torch_tensors(kernel.problem, input=framework(kernel.problem, "input", channels_last=False)))
     assert str(info.value).endswith(
@@ -320,7 +307,7 @@ def test_mismatch_names_both_accepted_forms(kernel, as_device_tensors):
     )
 
 
-def test_ngchw_takes_default_contiguous_tensors_and_refuses_channels_last(backend, as_device_tensors):
+def test_ngchw_takes_default_contiguous_tensors_and_refuses_channels_last(backend, host_tensors_as_device):
     p = problem(Layout.NGCHW)
     k = select(p, mode="heuristic", backend=backend)
     contiguous = {name: framework(p, name, channels_last=False) for name in k.tensor_names}
@@ -331,7 +318,7 @@ def test_ngchw_takes_default_contiguous_tensors_and_refuses_channels_last(backen
     assert backend.launches
 
 
-def test_gnhwc_has_no_pytorch_view(backend, as_device_tensors):
+def test_gnhwc_has_no_pytorch_view(backend, host_tensors_as_device):
     p = problem(Layout.GNHWC)
     k = select(p, mode="heuristic", backend=backend)
     tensors = {name: physical(k, name) for name in k.tensor_names}
@@ -349,7 +336,7 @@ def test_size_one_dims_may_have_any_stride():
     assert not api._same_layout((4, 3), (3, 1), (4, 1, 3), (3, 3, 1))
 
 
-def test_bf16_fp32w_wants_a_float32_weight_gradient(backend, as_device_tensors):
+def test_bf16_fp32w_wants_a_float32_weight_gradient(backend, host_tensors_as_device):
     p = problem(dtype=DType.BF16_FP32W)
     k = select(p, mode="heuristic", backend=backend)
     tensors = {name: framework(p, name, torch.bfloat16) for name in k.tensor_names}

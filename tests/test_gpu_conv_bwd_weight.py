@@ -9,18 +9,11 @@ from gpu_problems import problems
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def backend():
-    from factory.backends import get_backend
-
-    return get_backend()
-
-
 @pytest.mark.parametrize("problem", problems(), ids=lambda p: p.key)
-def test_every_applicable_instance_matches_reference(problem, backend):
+def test_every_applicable_instance_matches_reference(problem, gpu_backend):
     candidates = lookup(problem)
     assert candidates, "no instance applies"
-    measurements = tune(problem, candidates, backend, TuneSettings(reps=3, warmup=1))
+    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=3, warmup=1))
     failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
     print(f"{problem.key}: {len(measurements) - len(failed)}/{len(measurements)} verified")
     assert not failed, "\n".join(failed)

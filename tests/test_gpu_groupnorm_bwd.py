@@ -14,19 +14,12 @@ from groupnorm_problems import problems
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def backend():
-    from factory.backends import get_backend
-
-    return get_backend()
-
-
 @pytest.mark.parametrize("problem", problems(), ids=lambda p: p.key)
-def test_every_applicable_instance_matches_reference(problem, backend):
+def test_every_applicable_instance_matches_reference(problem, gpu_backend):
     candidates = lookup(problem)
     assert candidates, "no instance applies"
     assert {c.family for c in candidates} == set(SOLVER.families)
-    measurements = tune(problem, candidates, backend, TuneSettings(reps=3, warmup=1, seed=7))
+    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=3, warmup=1, seed=7))
     failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
     print(f"{problem.key}: {len(measurements) - len(failed)}/{len(measurements)} verified")
     assert len(measurements) == len(candidates)
@@ -35,7 +28,7 @@ def test_every_applicable_instance_matches_reference(problem, backend):
 
 @pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])
 @pytest.mark.parametrize("dtype", [DType.FP16, DType.FP32])
-def test_kernel_run_on_torch_tensors_agrees_with_pytorch(layout, dtype, backend):
+def test_kernel_run_on_torch_tensors_agrees_with_pytorch(layout, dtype, gpu_backend):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
@@ -53,7 +46,7 @@ def test_kernel_run_on_torch_tensors_agrees_with_pytorch(layout, dtype, backend)
     rstd = (groups.var(-1, unbiased=False) + 1e-5).rsqrt()
     dx = torch.empty_like(x)
     dgamma, dbeta = torch.empty_like(gamma), torch.empty_like(gamma)
-    kernel = select(problem, mode=SelectMode.HEURISTIC, backend=backend)
+    kernel = select(problem, mode=SelectMode.HEURISTIC, backend=gpu_backend)
     kernel.run(x=x, dy=dy, mean=mean, rstd=rstd, gamma=gamma, dx=dx, dgamma=dgamma, dbeta=dbeta)
     torch.cuda.synchronize()
     ref = torch.ops.aten.native_group_norm_backward(

@@ -325,20 +325,10 @@ class RecordingBackend:
 
 
 @pytest.fixture
-def host_tensors_as_device(monkeypatch, tmp_path):
-    """Host torch tensors described as device tensors, so Kernel.run's shape/stride/dtype checks run."""
+def host_tensors_as_device(host_tensors_as_device, monkeypatch, tmp_path):
+    """conftest's host-tensors-as-device, with NVRTC (kernels compile for real) and a private cache."""
     pytest.importorskip("cuda.bindings")
-    from factory import api
-
     monkeypatch.setenv("KFACTORY_CACHE_DIR", str(tmp_path / "binaries"))
-    real = api._describe
-
-    def describe(value):
-        shape, strides, dtype, _device, ptr = real(value)
-        return shape, strides, dtype, 0, ptr
-
-    monkeypatch.setattr(api, "_describe", describe)
-    monkeypatch.setattr(api, "_current_stream", lambda value: None)
 
 
 @pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])

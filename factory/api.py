@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
 
 from . import numerics
 from .backends import Backend, get_backend
@@ -23,7 +25,7 @@ from .executor import LoadedBinary, PreparedPlan
 from .ops import solver_for
 from .ops.base import TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
-from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup
+from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, stored_choice
 from .tuner import Progress, TuneSettings, tune
 from tuning_db import Measurement, TuningDB, Winner
 
@@ -39,8 +41,9 @@ class TensorMismatch(KernelFactoryError, ValueError):
 
 @dataclass(frozen=True)
 class TuneOutcome:
-    measurements: list[Measurement]
+    measurements: list[Measurement]  # one per candidate: measured now, or the stored one a resumed run kept
     winner: Winner | None
+    reused: int = 0  # candidates not measured again because this device already has their measurement
 
 
 def tune_problem(
@@ -49,16 +52,50 @@ def tune_problem(
     db: TuningDB | None = None,
     settings: TuneSettings = TuneSettings(),
     progress: Progress = Progress(),
+    *,
+    fresh: bool = False,
+    on_resume: Callable[[int, int], None] | None = None,
 ) -> TuneOutcome:
-    """Measure every applicable instance on this GPU and store all measurements and the winner."""
+    """Measure every applicable instance on this GPU, storing each measurement as it is taken.
+
+    Each measurement is its own short transaction that also offers it to the winner rule, so a
+    killed tune leaves the old winner or a verified new one, never half a result. A rerun on the
+    same device (arch, SM count, driver, compiler) continues: candidates measured there before are
+    skipped and their stored measurements count (`on_resume(already, total)` is told). `fresh`
+    re-measures everything and decides the winner from this run's times only.
+    """
     backend = backend or get_backend()
     db = db or TuningDB()
+    device = backend.device_info()
     candidates = lookup(problem)
     if not candidates:
         raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
-    measurements = tune(problem, candidates, backend, settings, progress)
-    winner = db.record(problem.key, problem.op.value, backend.device_info(), measurements)
-    return TuneOutcome(measurements, winner)
+    names = frozenset(c.name for c in candidates)
+    since = datetime.now(timezone.utc) if fresh else None
+    stored = {} if fresh else _stored_measurements(db, problem, device, names)
+    if stored and on_resume is not None:
+        on_resume(len(stored), len(candidates))
+    measured = tune(problem, candidates, backend, settings, _storing(progress, db, problem, device), frozenset(stored))
+    winner = db.decide(problem.key, device, names, since)
+    latest = stored | {m.instance: m for m in measured}
+    return TuneOutcome([latest[c.name] for c in candidates if c.name in latest], winner, len(stored))
+
+
+def _stored_measurements(db: TuningDB, problem: Any, device: Any, names: frozenset[str]) -> dict[str, Measurement]:
+    """The latest stored measurement of each candidate on exactly this device."""
+    return {m.instance: m for m, _, _ in db.measurements(problem.key, device) if m.instance in names}
+
+
+def _storing(progress: Progress, db: TuningDB, problem: Any, device: Any) -> Progress:
+    """`progress` whose on_measured first commits the measurement (and the winner it may make)."""
+    report = progress.on_measured
+
+    def on_measured(m: Measurement) -> None:
+        db.record(problem.key, problem.op.value, device, [m])
+        if report is not None:
+            report(m)
+
+    return dataclasses.replace(progress, on_measured=on_measured)
 
 
 def select(
@@ -68,7 +105,11 @@ def select(
     backend: Backend | None = None,
     db: TuningDB | None = None,
 ) -> "Kernel":
-    """A ready Kernel for `problem`; see SelectMode for where the choice comes from."""
+    """A ready Kernel for `problem`; see SelectMode for where the choice comes from.
+
+    A stored winner is served only when it was recorded on this exact device and its instance still
+    computes the problem (`selector.stored_choice`); otherwise the DB counts as untuned.
+    """
     mode = SelectMode(mode)
     backend = backend or get_backend()
     if mode is SelectMode.FORCE:
@@ -80,11 +121,12 @@ def select(
         return Kernel(heuristic_pick(problem, candidates), problem, backend)
     db = db or TuningDB()
     by_name = {c.name: c for c in candidates}
-    winner = db.best(problem.key, backend.device_info())
-    if winner is not None and winner.instance in by_name:
-        return Kernel(by_name[winner.instance], problem, backend)
+    choice = stored_choice(problem, db.lookup(problem.key, backend.device_info()), candidates)
+    if choice.instance is not None:
+        return Kernel(choice.instance, problem, backend)
     if mode is SelectMode.DB:
-        raise NotTuned(f"no tuned winner for {problem.key} on this device; run `kfactory tune` or use mode=tune")
+        why = "".join(f"; {r.line()}" for r in choice.refusals)
+        raise NotTuned(f"no tuned winner for {problem.key} on this device{why}; run `kfactory tune` or use mode=tune")
     if mode is SelectMode.TUNE:
         outcome = tune_problem(problem, backend, db)
         if outcome.winner is None or outcome.winner.instance not in by_name:

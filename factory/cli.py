@@ -172,39 +172,31 @@ def _print_instances(instances: Sequence[Instance], title: str) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .api import tune_problem
     from .backends import get_backend
-    from .tuner import Progress as TuneProgress
     from .tuner import TuneSettings
 
     problem = _problem(args)
     db = _open_db(args)
     backend = get_backend()
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def stage(name: str, total: int) -> None:
-            tasks[name] = bar.add_task(f"{name:9s}", total=total)
-
-        hooks = TuneProgress(
-            on_stage=stage,
-            on_compiled=lambda name, ok: bar.advance(tasks["compile"]),
-            on_measured=lambda m: bar.advance(tasks["benchmark"]),
-        )
-        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), hooks)
+        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **_tune_hooks(bar), fresh=args.fresh)
     ranked = sorted(outcome.measurements, key=lambda m: (not m.verified, m.median_us or float("inf")))
     if args.json:
         _emit_json({
             "problem": problem.key,
             "device": backend.device_info().__dict__ | {"backend": backend.device_info().backend.value},
             "winner": outcome.winner.instance if outcome.winner else None,
+            "reused": outcome.reused,
             "measurements": [m.__dict__ for m in ranked],
         })
         return 0 if outcome.winner else 1
-    table = Table(title=f"{problem.key} on {backend.device_info().name}")
+    reused = f" ({outcome.reused} measured in an earlier run)" if outcome.reused else ""
+    table = Table(title=f"{problem.key} on {backend.device_info().name}{reused}")
     for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", "verified"):
         table.add_column(col, justify="right" if col in ("#", "µs", "GB/s", "TFLOP/s") else "left")
     for rank, m in enumerate(ranked, 1):
-        if m.verified:
-            table.add_row(str(rank), m.instance, f"{m.median_us:.2f}", f"{m.gbps:.0f}", f"{m.tflops:.2f}", "yes")
+        if m.verified and m.median_us is not None:
+            table.add_row(str(rank), m.instance, f"{m.median_us:.2f}", _number(m.gbps, "{:.0f}"),
+                          _number(m.tflops, "{:.2f}"), "yes")
         else:
             table.add_row(str(rank), m.instance, "-", "-", "-", f"no: {(m.error or '')[:80]}")
     console.print(table)
@@ -215,9 +207,41 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 1
 
 
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+def _tune_hooks(bar: Progress) -> dict[str, Any]:
+    """tune_problem's progress and on_resume arguments drawing on `bar`.
+
+    A resumed tune's benchmark bar starts at the candidates measured before, out of all of them.
+    """
+    from .tuner import Progress as TuneProgress
+
+    tasks: dict[str, Any] = {}
+    resumed = [0]
+
+    def resume(done: int, total: int) -> None:
+        resumed[0] = done
+        rest = "" if done < total else "; nothing left to measure (--fresh measures again)"
+        bar.console.print(f"resuming: {done} of {total} already measured{rest}")
+
+    def stage(name: str, total: int) -> None:
+        offset = resumed[0] if name == "benchmark" else 0
+        tasks[name] = bar.add_task(f"{name:9s}", total=total + offset, completed=offset)
+
+    hooks = TuneProgress(
+        on_stage=stage,
+        on_compiled=lambda name, ok: bar.advance(tasks["compile"]),
+        on_measured=lambda m: bar.advance(tasks["benchmark"]),
+    )
+    return {"progress": hooks, "on_resume": resume}
+
+
 # --- query --------------------------------------------------------------------------------------
 def cmd_query(args: argparse.Namespace) -> int:
     from .backends import get_backend
+    from .selector import stored_choice, tune_command
 
     problem = _problem(args)
     db = _open_db(args)
@@ -228,25 +252,25 @@ def cmd_query(args: argparse.Namespace) -> int:
         device, device_error = None, str(exc)
     guess = heuristic_pick(problem)
     result: dict[str, Any] = {"problem": problem.key, "heuristic": guess.name}
+    winner = None
     if device is not None:
-        found = db.lookup(problem.key, device)
-        winner = found.winner
-        stale = [(w.instance, reason) for w, reason in found.not_served]
-        # A winner whose instance left the catalog or no longer applies is not served either.
-        if winner is not None:
-            names = {i.name for i in lookup(problem)}
-            if winner.instance not in names:
-                stale.append((winner.instance, "instance no longer in the catalog or no longer applies"))
-                winner = None
+        choice = stored_choice(problem, db.lookup(problem.key, device))
+        winner = choice.winner
+        refusals = [_refusal_record(r) for r in choice.refusals]
+        lines = [r.line() for r in choice.refusals]
     else:
         stored = [(m, dev) for m, dev, _ in db.measurements(problem.key) if m.verified]
-        winner, stale = None, [(m.instance, f"measured on {dev.name} ({dev.arch}); no GPU here to match") for m, dev in stored]
+        refusals = [{"instance": m.instance, "median_us": m.median_us, "kind": "no_device",
+                     "reason": f"measured on {dev.name} ({dev.arch}); no GPU here to match"} for m, dev in stored]
+        lines = [f"not served: {r['instance']}: {r['reason']}" for r in refusals]
     if winner is not None:
         result |= {"tuned": True, "instance": winner.instance, "median_us": winner.median_us,
                    "device": winner.device.name, "arch": winner.device.arch,
-                   "recorded_at": winner.recorded_at.astimezone(timezone.utc).isoformat()}
+                   "recorded_at": winner.recorded_at.astimezone(timezone.utc).isoformat(), "not_served": refusals}
     else:
-        result |= {"tuned": False, "not_served": [{"instance": i, "reason": r} for i, r in stale]}
+        advice = tune_command(problem) if device is not None else None
+        result |= {"tuned": False, "not_served": refusals,
+                   "instead": {"instance": guess.name, "source": "heuristic", "advice": advice}}
         if device_error:
             result["device_error"] = device_error
     if args.json:
@@ -254,17 +278,28 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 0
     if winner is not None:
         console.print(f"{winner.instance}  {winner.median_us:.2f} µs  on {winner.device.name} ({winner.device.arch}), "
-                      f"recorded {result['recorded_at']}")
+                      f"recorded {result['recorded_at']}", markup=False, highlight=False)
         return 0
-    for instance, reason in stale:
-        console.print(f"not served: {instance}: {reason}")
-    where = "this device" if device else f"this machine (no GPU: {device_error})"
-    console.print(f"untuned on {where}; the heuristic would pick {guess.name}")
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    if device is None:
+        console.print(f"untuned on this machine (no GPU: {device_error}); the heuristic would pick {guess.name}",
+                      markup=False, highlight=False)
+        return 0
+    console.print(f"untuned on this device; the heuristic would pick {guess.name}; "
+                  f"to tune it here: {tune_command(problem)}", markup=False, highlight=False)
     return 0
+
+
+def _refusal_record(r: Any) -> dict[str, Any]:
+    return {"instance": r.instance, "median_us": r.median_us, "kind": r.kind.value, "reason": r.message,
+            "recorded": r.recorded, "current": r.current}
 
 
 # --- db -----------------------------------------------------------------------------------------
 def cmd_db(args: argparse.Namespace) -> int:
+    if args.db_command == "verify":
+        return cmd_db_verify(args)
     db = _open_db(args)
     if args.db_command == "stats":
         stats = db.stats()
@@ -285,6 +320,48 @@ def cmd_db(args: argparse.Namespace) -> int:
         report = db.import_json(args.file)
         console.print(f"imported {args.file}: {report}")
     return 0
+
+
+def cmd_db_verify(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .recheck import Action, as_record, describe, recheck_winners
+    from .tuner import TuneSettings
+
+    if not args.threshold >= 1.0 or args.threshold == float("inf"):
+        raise UsageError(f"--threshold must be a finite number >= 1 (got {args.threshold})")
+    op = args.op.value if args.op else None
+    db = _open_db(args)
+    backend = get_backend()
+    with _progress() as bar:
+        task = bar.add_task("verifying", total=len(db.winners(op)))
+        seen = [0]
+
+        def started(winner: Any) -> None:
+            bar.update(task, completed=seen[0], description=f"verifying {winner.instance[:40]}")
+            seen[0] += 1
+
+        results = recheck_winners(db, backend, op=op, threshold=args.threshold, settings=TuneSettings(reps=args.reps),
+                                  progress=_tune_hooks(bar)["progress"], on_winner=started)
+        bar.update(task, completed=seen[0], description="verified")
+    failed = any(r.action is Action.RETUNE_FAILED for r in results)
+    if args.json:
+        _emit_json({"device": backend.device_info().name, "threshold": args.threshold,
+                    "winners": [as_record(r) for r in results]})
+        return 1 if failed else 0
+    if not results:
+        console.print("no stored winners" + (f" of {args.op.value}" if args.op else ""))
+        return 0
+    table = Table(title=f"stored winners on {backend.device_info().name} (threshold {args.threshold:g}x)")
+    for col in ("problem", "instance", "recorded µs", "now µs", "ratio", "action"):
+        table.add_column(col, justify="right" if col in ("recorded µs", "now µs", "ratio") else "left",
+                         overflow="fold")
+    for r in results:
+        table.add_row(r.problem_key, r.instance, f"{r.recorded_us:.2f}", _number(r.now_us, "{:.2f}"),
+                      _number(r.ratio, "{:.2f}"), describe(r))
+    console.print(table)
+    counts = collections.Counter(r.action.value for r in results)
+    console.print(", ".join(f"{n} {action.replace('_', ' ')}" for action, n in sorted(counts.items())))
+    return 1 if failed else 0
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -317,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if name == "tune":
             p.add_argument("--reps", type=int, default=25, help="timed repetitions per candidate (>= 20 recommended)")
+            p.add_argument("--fresh", action="store_true",
+                           help="measure every candidate again (default: continue, keeping this device's earlier measurements)")
         p.set_defaults(func=func)
 
     db = sub.add_parser("db", help="tuning DB maintenance")
@@ -330,6 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
     imp = dbsub.add_parser("import", help="merge a JSON export, keeping the faster verified winner")
     imp.add_argument("file")
     _add_db(imp)
+    ver = dbsub.add_parser("verify", help="re-time stored winners on this GPU; re-tune those that got slower or fail")
+    ver.add_argument("--op", type=_enum_arg(_implemented_op), help="only winners of this op")
+    ver.add_argument("--threshold", type=float, default=1.25,
+                     help="re-tune when now > threshold x the recorded time (default 1.25)")
+    ver.add_argument("--reps", type=int, default=25, help="timed repetitions per candidate")
+    ver.add_argument("--json", action="store_true")
+    _add_db(ver)
     db.set_defaults(func=cmd_db)
 
     add_bench_parser(sub)

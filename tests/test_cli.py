@@ -384,8 +384,9 @@ def test_query_refuses_a_winner_from_another_driver(capsys, tmp_path, gpu):
     code, out, _ = run(capsys, "query", *CELL, "--problem", SPEC, "--db", str(db))
     assert code == 0
     text = flat(out)
-    assert f"not served: {winner}: recorded with driver 13000, this machine has 13010" in text
+    assert f"stored winner {winner} (4.25 µs) is not served: recorded with driver 13000, this machine has 13010" in text
     assert f"untuned on this device; the heuristic would pick {heuristic_pick(PROBLEM).name}" in text
+    assert f'to tune it here: kfactory tune --op conv_bwd_weight --layout nhwgc --dtype fp16 --problem "{PROBLEM.spec()}"' in text
 
 
 def test_query_refuses_a_winner_that_left_the_catalog(capsys, tmp_path, gpu):
@@ -398,7 +399,9 @@ def test_query_refuses_a_winner_that_left_the_catalog(capsys, tmp_path, gpu):
     assert code == 0
     data = json.loads(out)
     assert data["tuned"] is False
-    assert data["not_served"] == [{"instance": gone, "reason": "instance no longer in the catalog or no longer applies"}]
+    assert data["not_served"] == [{"instance": gone, "median_us": 1.0, "kind": "not_in_catalog",
+                                   "reason": "its instance is no longer in the catalog", "recorded": None, "current": None}]
+    assert data["instead"]["instance"] == heuristic_pick(PROBLEM).name and "kfactory tune" in data["instead"]["advice"]
 
 
 def test_script_query_without_gpu(script_env, tmp_path):

@@ -3,7 +3,7 @@
 from .errors import DatabaseFileError, NewerSchemaError, NotADatabaseError, TuningDBError
 from .models import SCHEMA_VERSION
 from .paths import DEFAULT_DB_ENV, default_db_url
-from .records import DbStats, ImportReport, Measurement, Winner, WinnerLookup
+from .records import DbStats, DeviceField, ImportReport, Measurement, Mismatch, RefusedWinner, Winner, WinnerLookup
 from .repository import TuningDB
 
 __all__ = [
@@ -11,10 +11,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "DatabaseFileError",
     "DbStats",
+    "DeviceField",
     "ImportReport",
     "Measurement",
+    "Mismatch",
     "NewerSchemaError",
     "NotADatabaseError",
+    "RefusedWinner",
     "TuningDB",
     "TuningDBError",
     "Winner",

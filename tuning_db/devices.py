@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from factory.backends.base import BackendKind, DeviceInfo
 
 from .models import DeviceRow
+from .records import DeviceField, Mismatch
 
 
 def to_device_info(row: DeviceRow) -> DeviceInfo:
@@ -60,28 +61,28 @@ def ensure_device_id(session: Session, device: DeviceInfo) -> tuple[int, bool]:
         return found, False
 
 
+def mismatches(recorded: DeviceInfo, current: DeviceInfo) -> list[Mismatch]:
+    """Every way `recorded` differs from `current`, each phrased for a user; empty when they match."""
+    units = "CUs" if current.backend is BackendKind.HIP else "SMs"
+    checks = (
+        (DeviceField.BACKEND, recorded.backend.value, current.backend.value,
+         "recorded with the {r} backend, this machine uses {c}"),
+        (DeviceField.ARCH, recorded.arch, current.arch, "recorded on {r}, this device is {c}"),
+        (DeviceField.NAME, recorded.name, current.name, "recorded on {r}, this device is {c}"),
+        (DeviceField.SM_COUNT, str(recorded.sm_count), str(current.sm_count),
+         "recorded on a device with {r} " + units + ", this one has {c}"),
+        (DeviceField.DRIVER, recorded.driver_version, current.driver_version,
+         "recorded with driver {r}, this machine has {c}"),
+        (DeviceField.COMPILER, recorded.compiler_version, current.compiler_version,
+         "recorded with compiler {r}, this machine has {c}"),
+    )
+    return [
+        Mismatch(field, was, now, template.format(r=was, c=now))
+        for field, was, now, template in checks
+        if was != now
+    ]
+
+
 def mismatch_reasons(recorded: DeviceInfo, current: DeviceInfo) -> list[str]:
     """Every way `recorded` differs from `current`, phrased for a user; empty when they match."""
-    reasons: list[str] = []
-    if recorded.backend != current.backend:
-        reasons.append(
-            f"recorded with the {recorded.backend.value} backend, this machine uses {current.backend.value}"
-        )
-    if recorded.arch != current.arch:
-        reasons.append(f"recorded on {recorded.arch}, this device is {current.arch}")
-    if recorded.name != current.name:
-        reasons.append(f"recorded on {recorded.name}, this device is {current.name}")
-    if recorded.sm_count != current.sm_count:
-        units = "CUs" if current.backend is BackendKind.HIP else "SMs"
-        reasons.append(
-            f"recorded on a device with {recorded.sm_count} {units}, this one has {current.sm_count}"
-        )
-    if recorded.driver_version != current.driver_version:
-        reasons.append(
-            f"recorded with driver {recorded.driver_version}, this machine has {current.driver_version}"
-        )
-    if recorded.compiler_version != current.compiler_version:
-        reasons.append(
-            f"recorded with compiler {recorded.compiler_version}, this machine has {current.compiler_version}"
-        )
-    return reasons
+    return [m.message for m in mismatches(recorded, current)]

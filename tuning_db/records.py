@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -39,6 +40,35 @@ class Winner:
     recorded_at: datetime  # UTC time the winning measurement was recorded
 
 
+class DeviceField(enum.Enum):
+    """A part of a device's identity a stored result depends on."""
+
+    BACKEND = "backend"
+    ARCH = "arch"
+    NAME = "device"
+    SM_COUNT = "sm_count"
+    DRIVER = "driver"
+    COMPILER = "compiler"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One way the device a result was recorded on differs from the current one."""
+
+    field: DeviceField
+    recorded: str
+    current: str
+    message: str  # phrased for a user, e.g. "recorded with driver 550.54, this machine has 560.28"
+
+
+@dataclass(frozen=True)
+class RefusedWinner:
+    """A stored winner of another device identity, with every difference that rules it out."""
+
+    winner: Winner
+    mismatches: tuple[Mismatch, ...]
+
+
 @dataclass(frozen=True)
 class WinnerLookup:
     """The servable winner, plus the stored winners that were refused and why.
@@ -49,11 +79,16 @@ class WinnerLookup:
 
     problem_key: str
     winner: Winner | None
-    not_served: tuple[tuple[Winner, str], ...] = ()
+    refused: tuple[RefusedWinner, ...] = ()
 
     @property
     def found(self) -> bool:
         return self.winner is not None
+
+    @property
+    def not_served(self) -> tuple[tuple[Winner, str], ...]:
+        """(winner, its reasons joined in one phrase) per refused winner."""
+        return tuple((r.winner, "; ".join(m.message for m in r.mismatches)) for r in self.refused)
 
     def reasons(self) -> list[str]:
         """One line per refused winner, ready to show to a user."""

@@ -14,17 +14,17 @@ from sqlalchemy.orm import Session
 
 from factory.backends.base import DeviceInfo
 
-from .devices import ensure_device_id, find_device_id, mismatch_reasons, to_device_info
+from .devices import ensure_device_id, find_device_id, mismatches, to_device_info
 from .engine import EngineHandle
 from .errors import TuningDBError
 from .merge import merge, snapshot
 from .models import DeviceRow, MeasurementRow, WinnerRow
 from .paths import as_db_url, default_db_url, describe_location
-from .records import DbStats, ImportReport, Measurement, Winner, WinnerLookup
+from .records import DbStats, ImportReport, Measurement, RefusedWinner, Winner, WinnerLookup
 from .rows import measurement_row, to_measurement, to_winner
 from .schema import integrity_ok, open_schema
 from .transfer import read_document, write_document
-from .winners import current, fastest, offer
+from .winners import current, fastest, offer, settle
 
 T = TypeVar("T")
 
@@ -87,6 +87,42 @@ class TuningDB:
 
         return self._write(work)
 
+    def decide(
+        self,
+        problem_key: str,
+        device: DeviceInfo,
+        eligible: frozenset[str],
+        since: datetime | None = None,
+    ) -> Winner | None:
+        """Re-decide the winner from the stored measurements of `eligible` instances on `device`.
+
+        Only measurements recorded at or after `since` count when it is given (a fresh tune
+        supersedes older times). The incumbent stays if it is eligible, recent enough and no
+        slower; an incumbent that is not (its instance left the catalog, its time predates a
+        fresh tune) is replaced. One write transaction, like `record`.
+        """
+        now = _utcnow()
+
+        def stands(row: MeasurementRow) -> bool:
+            return row.instance in eligible and (since is None or row.recorded_at >= since)
+
+        def work(session: Session) -> Winner | None:
+            device_id = find_device_id(session, device)
+            if device_id is None:
+                return None
+            query = select(MeasurementRow).where(
+                MeasurementRow.problem_key == problem_key,
+                MeasurementRow.device_id == device_id,
+                MeasurementRow.instance.in_(sorted(eligible)),
+            )
+            if since is not None:
+                query = query.where(MeasurementRow.recorded_at >= since)
+            settle(session, session.execute(query).scalars().all(), now, stands)
+            row = current(session, problem_key, device_id)
+            return None if row is None else to_winner(row)
+
+        return self._write(work)
+
     def import_json(self, path: str | os.PathLike[str]) -> ImportReport:
         """Merge an export: add unseen measurements, keep the faster winner per (problem, device)."""
         document = read_document(path)
@@ -101,15 +137,24 @@ class TuningDB:
                 select(WinnerRow).where(WinnerRow.problem_key == problem_key).order_by(WinnerRow.id)
             ).scalars()
             served: Winner | None = None
-            refused: list[tuple[Winner, str]] = []
+            refused: list[RefusedWinner] = []
             for row in rows:
                 winner = to_winner(row)
-                reasons = mismatch_reasons(winner.device, device)
-                if reasons:
-                    refused.append((winner, "; ".join(reasons)))
+                differences = mismatches(winner.device, device)
+                if differences:
+                    refused.append(RefusedWinner(winner, tuple(differences)))
                 else:
                     served = winner
-        return WinnerLookup(problem_key=problem_key, winner=served, not_served=tuple(refused))
+        return WinnerLookup(problem_key=problem_key, winner=served, refused=tuple(refused))
+
+    def winners(self, op: str | None = None) -> list[Winner]:
+        """Every stored winner, of every device, ordered by problem; optionally of one op only."""
+        with self._read() as session:
+            query = select(WinnerRow)
+            if op is not None:
+                query = query.where(WinnerRow.op == op)
+            rows = session.execute(query.order_by(WinnerRow.problem_key, WinnerRow.id)).unique().scalars()
+            return [to_winner(row) for row in rows]
 
     def best(self, problem_key: str, device: DeviceInfo) -> Winner | None:
         return self.lookup(problem_key, device).winner

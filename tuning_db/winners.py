@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from datetime import datetime
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -42,6 +42,30 @@ def offer(session: Session, candidate: MeasurementRow, now: datetime) -> Outcome
     """Make `candidate` the winner of its (problem, device) if it beats the stored one."""
     if not can_win(candidate.verified, candidate.median_us):
         return Outcome.KEPT
+    return _install(session, candidate, now, incumbent_stands=lambda row: True)
+
+
+def settle(
+    session: Session,
+    rows: Iterable[MeasurementRow],
+    now: datetime,
+    incumbent_stands: Callable[[MeasurementRow], bool],
+) -> Outcome:
+    """Re-decide a winner from `rows` (one problem and device).
+
+    The fastest eligible row wins unless the incumbent still stands (`incumbent_stands`: it may
+    be served and belongs to the evidence considered) and is no slower. An incumbent that no
+    longer stands is replaced even by a slower row: a stale time must not block fresh results.
+    """
+    best = fastest(rows)
+    if best is None:
+        return Outcome.KEPT
+    return _install(session, best, now, incumbent_stands)
+
+
+def _install(
+    session: Session, candidate: MeasurementRow, now: datetime, incumbent_stands: Callable[[MeasurementRow], bool]
+) -> Outcome:
     assert candidate.median_us is not None
     existing = current(session, candidate.problem_key, candidate.device_id, for_update=True)
     if existing is None:
@@ -56,8 +80,10 @@ def offer(session: Session, candidate: MeasurementRow, now: datetime) -> Outcome
         )
         session.flush()
         return Outcome.ADDED
-    incumbent = existing.measurement.median_us
-    if existing.measurement_id == candidate.id or (incumbent is not None and incumbent <= candidate.median_us):
+    if existing.measurement_id == candidate.id:
+        return Outcome.KEPT
+    incumbent = existing.measurement
+    if incumbent_stands(incumbent) and incumbent.median_us is not None and incumbent.median_us <= candidate.median_us:
         return Outcome.KEPT
     existing.measurement = candidate
     existing.op = candidate.op

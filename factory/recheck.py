@@ -1,0 +1,141 @@
+"""`kfactory db verify`: re-time stored winners on this GPU and re-tune the ones that no longer hold.
+
+A winner's time goes stale when drivers, clocks or neighbours change; a winner that now fails
+verification is worse than stale. Each winner recorded on this device is timed again through the
+tuner (one candidate, the same timing and verification as a tune); one slower than `threshold` x its
+recorded time, or failing now, is re-tuned from scratch the way `kfactory tune --fresh` does.
+Winners that are not served here (another device identity, an instance that left the catalog or no
+longer applies) are reported with the reasons, not timed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .api import tune_problem
+from .backends import Backend
+from .selector import Refusal, UnreadableKey, catalog_refusal, device_refusals, lookup, problem_from_key
+from .tuner import Progress, TuneSettings, tune
+from tuning_db import Measurement, TuningDB, Winner
+from tuning_db.devices import mismatches
+
+DEFAULT_THRESHOLD = 1.25
+
+
+class Action(enum.Enum):
+    KEPT = "kept"  # verified now, within the threshold
+    RETUNED = "retuned"  # slower than the threshold or failing now; tuned again
+    RETUNE_FAILED = "retune_failed"  # tuned again, but no candidate verified
+    NOT_SERVED = "not_served"  # not servable on this device; left alone
+
+
+class Trigger(enum.Enum):
+    SLOWER = "slower"
+    FAILS = "fails"
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """One stored winner after `db verify`."""
+
+    problem_key: str
+    instance: str
+    recorded_us: float
+    action: Action
+    now: Measurement | None = None  # the re-timing; None when not timed
+    trigger: Trigger | None = None  # why it was re-tuned
+    new_winner: Winner | None = None  # after a re-tune
+    refusals: tuple[Refusal, ...] = ()
+    unreadable: str | None = None  # the stored problem key does not parse back
+
+    @property
+    def now_us(self) -> float | None:
+        return self.now.median_us if self.now is not None and self.now.verified else None
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.now_us is None else self.now_us / self.recorded_us
+
+
+def recheck_winners(
+    db: TuningDB,
+    backend: Backend,
+    *,
+    op: str | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    settings: TuneSettings = TuneSettings(),
+    progress: Progress = Progress(),
+    on_winner: Callable[[Winner], None] | None = None,
+) -> list[Recheck]:
+    """Check every stored winner (of `op`, if given) against this GPU; see the module docstring."""
+    device = backend.device_info()
+    results: list[Recheck] = []
+    for winner in db.winners(op):
+        if on_winner is not None:
+            on_winner(winner)
+        try:
+            problem = problem_from_key(winner.problem_key)
+        except UnreadableKey as exc:
+            results.append(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
+                                   unreadable=str(exc)))
+            continue
+        candidates = {c.name: c for c in lookup(problem)}
+        refusals = device_refusals(winner, mismatches(winner.device, device))
+        gone = catalog_refusal(problem, winner, candidates)
+        if gone is not None:
+            refusals.append(gone)
+        if refusals:
+            results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED,
+                                   refusals=tuple(refusals)))
+            continue
+        [now] = tune(problem, [candidates[winner.instance]], backend, settings)
+        db.record(problem.key, problem.op.value, device, [now])
+        if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
+            results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.KEPT, now))
+            continue
+        trigger = Trigger.SLOWER if now.verified and now.median_us is not None else Trigger.FAILS
+        outcome = tune_problem(problem, backend, db, settings, progress, fresh=True)
+        action = Action.RETUNED if outcome.winner is not None else Action.RETUNE_FAILED
+        results.append(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner))
+    return results
+
+
+def describe(result: Recheck) -> str:
+    """The action column of the verify table, in words."""
+    if result.action is Action.NOT_SERVED:
+        if result.unreadable:
+            return f"not served: {result.unreadable}"
+        return "not served: " + "; ".join(r.message for r in result.refusals)
+    if result.action is Action.KEPT:
+        return "kept"
+    why = ("slower than the threshold" if result.trigger is Trigger.SLOWER
+           else f"fails now ({(result.now.error if result.now else None) or 'not verified'})")
+    if result.action is Action.RETUNE_FAILED:
+        return f"{why}; re-tuned, no candidate verified"
+    assert result.new_winner is not None
+    return f"{why}; re-tuned: {result.new_winner.instance} {result.new_winner.median_us:.2f} µs"
+
+
+def as_record(result: Recheck) -> dict[str, Any]:
+    """The JSON form of one row of `db verify`."""
+    return {
+        "problem": result.problem_key,
+        "instance": result.instance,
+        "recorded_us": result.recorded_us,
+        "now_us": result.now_us,
+        "ratio": result.ratio,
+        "action": result.action.value,
+        "trigger": result.trigger.value if result.trigger else None,
+        "error": result.now.error if result.now is not None else None,
+        "new_winner": result.new_winner.instance if result.new_winner else None,
+        "new_winner_us": result.new_winner.median_us if result.new_winner else None,
+        "not_served": [_refusal_record(r) for r in result.refusals],
+        "unreadable": result.unreadable,
+        "detail": describe(result),
+    }
+
+
+def _refusal_record(r: Refusal) -> dict[str, Any]:
+    return {"kind": r.kind.value, "reason": r.message, "recorded": r.recorded, "current": r.current}

@@ -1,0 +1,224 @@
+"""A tune stores each measurement as it is taken: killed at random moments it leaves a sound DB whose
+winner is a verified stored measurement, and a rerun measures only what is left.
+
+Tuning runs on tests/fake_gpu.py's FakeGPU (correct outputs from the numpy reference, fixed times,
+a few ms per candidate), through the real tuner, compile cache and tuning DB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import factory.backends
+from factory import api, cli
+from factory.problem import DType, Layout, parse_conv_problem
+from factory.selector import lookup
+from fake_gpu import DEVICE, SETTINGS, FakeGPU, fake_us, install_fake_compiler
+from tuning_db import Measurement, TuningDB
+
+FAKE_GPU = Path(__file__).with_name("fake_gpu.py")
+SPEC = "N=2,G=8,C=1,K=1,input=9x9,filter=3x3,pad=1"  # 24 candidates over three families
+PROBLEM = parse_conv_problem(SPEC, Layout.NHWGC, DType.FP16)
+NAMES = [c.name for c in lookup(PROBLEM)]
+# The two fastest by time compute wrong results: a winner must be verified, not just fast.
+WRONG = frozenset(sorted(NAMES, key=fake_us)[:2])
+DELAY_S = 0.03  # per candidate
+
+# FakeGPU cannot be rebuilt in a worker process, so the tuner measures it in the calling process.
+pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
+
+
+@pytest.fixture(autouse=True)
+def _fake_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("KFACTORY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KFACTORY_DB", str(tmp_path / "default.sqlite"))
+    install_fake_compiler(monkeypatch.setattr)
+
+
+def stored(path: Path) -> tuple[list[tuple[str, float | None, bool]], list[tuple[str, float]]]:
+    """(measurements as (instance, µs, verified), winners as (instance, µs)) read with plain sqlite3."""
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        rows = conn.execute("SELECT instance, median_us, verified FROM measurements ORDER BY id").fetchall()
+        winners = conn.execute(
+            "SELECT m.instance, m.median_us FROM winners w JOIN measurements m ON m.id = w.measurement_id"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(i, us, bool(v)) for i, us, v in rows], winners
+
+
+def fastest_verified(rows: list[tuple[str, float | None, bool]]) -> tuple[str, float] | None:
+    ok = [(us, i) for i, us, v in rows if v and us is not None]
+    return None if not ok else (min(ok)[1], min(ok)[0])
+
+
+def check_consistent(path: Path) -> set[str]:
+    """The DB a killed tune leaves: sound, one measurement per instance, winner = fastest verified."""
+    rows, winners = stored(path)
+    names = [i for i, _, _ in rows]
+    assert len(names) == len(set(names)), "a candidate was measured twice"
+    assert set(names) <= set(NAMES)
+    best = fastest_verified(rows)
+    if best is None:
+        assert winners == []
+    else:
+        assert winners == [best]
+        assert best[0] not in WRONG
+    return set(names)
+
+
+def start(db: Path, cache: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, str(FAKE_GPU), "--db", str(db), "--cache", str(cache), "--problem", SPEC,
+            "--delay", str(DELAY_S), "--wrong", ",".join(sorted(WRONG))]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_killed_tunes_leave_a_sound_db_and_a_rerun_measures_only_the_rest(tmp_path):
+    db, cache = tmp_path / "tuning.sqlite", tmp_path / "cache"
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    measured: set[str] = set()
+    for kill in range(5):
+        proc = start(db, cache)
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the DB is open and candidates are being measured from here on
+            if line.startswith("stage benchmark"):
+                break
+        # Each run measures at most a few candidates, so five kills never finish the tune.
+        time.sleep(rng.uniform(0.0, 4 * DELAY_S))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL, f"kill {kill} (seed {seed}): {proc.stderr.read() if proc.stderr else ''}"
+        now = check_consistent(db)
+        assert now >= measured, f"kill {kill} (seed {seed}) lost committed measurements"
+        measured = now
+    assert len(measured) < len(NAMES)
+
+    proc = start(db, cache)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    result = json.loads(lines[-1])
+    if measured:
+        assert f"resume {len(measured)} {len(NAMES)}" in lines
+    assert result["reused"] == len(measured)
+    assert sorted(result["measured"]) == sorted(set(NAMES) - measured), f"seed {seed}"
+    rows, winners = stored(db)
+    assert sorted(i for i, _, _ in rows) == sorted(NAMES), "every candidate measured exactly once"
+    best = fastest_verified(rows)
+    assert best is not None and winners == [best] and best[0] not in WRONG
+    assert best[1] == min(fake_us(n) for n in NAMES if n not in WRONG)
+    assert result["winner"] == best[0]
+
+
+# --- in-process: resume, fresh, stale winners ------------------------------------------------------
+class Stop(Exception):
+    pass
+
+
+def stop_after(count: int):
+    seen: list[str] = []
+
+    def on_measured(m: Measurement) -> None:
+        seen.append(m.instance)
+        if len(seen) == count:
+            raise Stop
+
+    return api.Progress(on_measured=on_measured), seen
+
+
+def test_an_interrupted_tune_keeps_what_it_measured_and_the_rerun_reuses_it(tmp_path):
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        hooks, seen = stop_after(7)
+        with pytest.raises(Stop):
+            api.tune_problem(PROBLEM, gpu, db, SETTINGS, hooks)
+        assert sorted(m.instance for m, _, _ in db.measurements(PROBLEM.key, DEVICE)) == sorted(seen)
+        partial = db.best(PROBLEM.key, DEVICE)
+        verified_seen = [n for n in seen if n not in WRONG]
+        assert partial is not None and partial.instance == min(verified_seen, key=fake_us)
+
+        resumes: list[tuple[int, int]] = []
+        gpu.timed.clear()
+        outcome = api.tune_problem(PROBLEM, gpu, db, SETTINGS, on_resume=lambda *a: resumes.append(a))
+        assert resumes == [(7, len(NAMES))]
+        assert outcome.reused == 7
+        assert sorted(gpu.timed) == sorted(set(NAMES) - set(seen) - WRONG)
+        assert [m.instance for m in outcome.measurements] == NAMES
+        assert outcome.winner.instance == min(set(NAMES) - WRONG, key=fake_us)
+        assert len(db.measurements(PROBLEM.key, DEVICE)) == len(NAMES)
+
+        # Everything measured: a third run measures nothing and keeps the winner.
+        gpu.timed.clear()
+        again = api.tune_problem(PROBLEM, gpu, db, SETTINGS)
+        assert gpu.timed == [] and again.reused == len(NAMES) and again.winner == outcome.winner
+
+
+def test_another_driver_does_not_resume(tmp_path):
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        api.tune_problem(PROBLEM, FakeGPU(PROBLEM), db, SETTINGS)
+        other = FakeGPU(PROBLEM, dataclasses.replace(DEVICE, driver_version="13010"))
+        outcome = api.tune_problem(PROBLEM, other, db, SETTINGS)
+        assert outcome.reused == 0 and len(other.timed) == len(NAMES)
+
+
+def test_fresh_measures_everything_and_decides_on_the_new_times(tmp_path):
+    first = min(NAMES, key=fake_us)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        assert api.tune_problem(PROBLEM, FakeGPU(PROBLEM), db, SETTINGS).winner.instance == first
+        # The old winner got 10x slower: the old, faster time must not keep it on top.
+        slower = FakeGPU(PROBLEM, us={first: 10 * fake_us(first)})
+        outcome = api.tune_problem(PROBLEM, slower, db, SETTINGS, fresh=True)
+        assert outcome.reused == 0 and len(slower.timed) == len(NAMES)
+        second = min((n for n in NAMES if n != first), key=fake_us)
+        assert outcome.winner.instance == second and db.best(PROBLEM.key, DEVICE).instance == second
+        assert len(db.measurements(PROBLEM.key, DEVICE)) == 2 * len(NAMES)
+
+
+def test_a_winner_that_left_the_catalog_is_replaced_by_a_rerun(tmp_path):
+    gone = "conv_bwd_weight_2d_nhwgc_fp16_dw_retired"
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        db.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [Measurement(gone, 0.5, 0.0, 25, True)])
+        outcome = api.tune_problem(PROBLEM, FakeGPU(PROBLEM), db, SETTINGS)
+        assert outcome.winner.instance == min(NAMES, key=fake_us)
+        assert api.select(PROBLEM, mode="db", backend=FakeGPU(PROBLEM), db=db).name == outcome.winner.instance
+
+
+# --- the command line ------------------------------------------------------------------------------
+def test_cli_tune_says_it_resumes_and_fresh_measures_again(capsys, tmp_path, monkeypatch):
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: gpu)
+    db = str(tmp_path / "cli.sqlite")
+    with TuningDB(db) as handle:
+        first = [n for n in NAMES if n not in WRONG][:5]
+        handle.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [Measurement(n, fake_us(n), 0.0, 4, True) for n in first])
+
+    code = cli.main(["tune", "--layout", "NHWGC", "--dtype", "fp16", "--problem", SPEC, "--db", db, "--reps", "4"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert f"resuming: 5 of {len(NAMES)} already measured" in " ".join(err.split())
+    assert len(gpu.timed) == len(NAMES) - 5 - len(WRONG)
+    best = min(set(NAMES) - WRONG, key=fake_us)
+    assert f"winner: {best}" in " ".join(out.split())
+
+    gpu.timed.clear()
+    code = cli.main(["tune", "--layout", "NHWGC", "--dtype", "fp16", "--problem", SPEC, "--db", db, "--reps", "4",
+                     "--fresh", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "resuming" not in err
+    data = json.loads(out)
+    assert data["reused"] == 0 and data["winner"] == best and len(data["measurements"]) == len(NAMES)
+    assert len(gpu.timed) == len(NAMES) - len(WRONG)

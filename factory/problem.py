@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -174,6 +175,10 @@ def _parse_enum(cls: type[enum.Enum], text: str, what: str):
 _LAYOUT_ALIASES = _layout_aliases()
 
 
+# The ops whose problems are convolutions described by a ConvProblem.
+_CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.DWSEP_CONV_FWD)
+
+
 def _out_size(size: int, filt: int, stride: int, pad: int, dilation: int) -> int:
     return (size + 2 * pad - dilation * (filt - 1) - 1) // stride + 1
 
@@ -200,10 +205,18 @@ class ConvProblem:
     op: Op = field(default=Op.CONV_BWD_WEIGHT)
 
     def __post_init__(self) -> None:
+        # Type checks come first so a wrong type is an InvalidProblem, not a TypeError from len() or
+        # an unhashable (list-holding) frozen problem; the op decides which solver will read it.
+        if not isinstance(self.op, Op) or self.op not in _CONV_OPS:
+            choices = ", ".join(o.value for o in _CONV_OPS)
+            raise InvalidProblem("op", f"a ConvProblem is for one of {choices}, got {self.op!r}")
         for name in ("N", "G", "C", "K"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidProblem(name, f"must be a positive integer, got {value!r}")
+        for name in ("input", "filter", "stride", "pad", "dilation"):
+            if not isinstance(getattr(self, name), tuple):
+                raise InvalidProblem(name, f"must be a tuple of integers, got {getattr(self, name)!r}")
         ndim = len(self.input)
         if ndim not in (1, 2, 3):
             raise InvalidProblem("input", f"needs 1, 2 or 3 spatial sizes, got {len(self.input)}")
@@ -350,20 +363,36 @@ def parse_fields(spec: str, fields: Sequence[str], required: Sequence[str]) -> d
     return values
 
 
-def parse_int(text: str, name: str) -> int:
+# Plain ASCII decimal integers: int() alone would also take '1_000', ' ５ ' (full-width) or Arabic-Indic
+# digits, which no problem string means.
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def _decimal(text: str) -> int | None:
+    """The integer `text` spells in ASCII decimal, or None (also past Python's digit limit)."""
+    text = text.strip()
+    if not _DECIMAL.fullmatch(text):
+        return None
     try:
         return int(text)
-    except ValueError:
-        raise ProblemSyntaxError(f"bad token {name}={text!r} in problem: {text!r} is not an integer") from None
+    except ValueError:  # more digits than int() converts
+        return None
+
+
+def parse_int(text: str, name: str) -> int:
+    value = _decimal(text)
+    if value is None:
+        raise ProblemSyntaxError(f"bad token {name}={text!r} in problem: {text!r} is not an integer")
+    return value
 
 
 def parse_dims(text: str, name: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in text.lower().split("x"))
-    except ValueError:
+    values = tuple(_decimal(p) for p in text.lower().split("x"))
+    if any(v is None for v in values):
         raise ProblemSyntaxError(
             f"bad token {name}={text!r} in problem: expected integers separated by 'x', e.g. 56x56"
-        ) from None
+        )
+    return values  # type: ignore[return-value]
 
 
 def supported_cells_text(cells: Iterable[tuple[Layout, DType, int]]) -> str:

@@ -278,16 +278,16 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 0
     if winner is not None:
         console.print(f"{winner.instance}  {winner.median_us:.2f} µs  on {winner.device.name} ({winner.device.arch}), "
-                      f"recorded {result['recorded_at']}", markup=False, highlight=False)
+                      f"recorded {result['recorded_at']}", markup=False, highlight=False, soft_wrap=True)
         return 0
     for line in lines:
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if device is None:
         console.print(f"untuned on this machine (no GPU: {device_error}); the heuristic would pick {guess.name}",
-                      markup=False, highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
         return 0
     console.print(f"untuned on this device; the heuristic would pick {guess.name}; "
-                  f"to tune it here: {tune_command(problem)}", markup=False, highlight=False)
+                  f"to tune it here: {tune_command(problem)}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

@@ -6,13 +6,21 @@ the verification run. A candidate that fails to compile, launch or verify is rec
 
 Inputs are uniform in [-1, 1) unless the op's solver provides `random_inputs(problem, rng)`, for
 inputs that must hang together (a normalization's statistics are those of its input).
+
+Candidates are measured in a worker process (factory.worker) by default: a kernel that faults leaves
+its GPU context unusable for the rest of the process, and one that never finishes cannot be stopped
+from the host. A candidate that takes the worker with it (a sticky error, a crash, its time limit) is
+recorded as failed and the next candidate gets a fresh worker.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import statistics
-from dataclasses import dataclass, field
+import time
+import warnings
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -26,9 +34,17 @@ from .executor import LoadedBinary, PreparedPlan
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
 from .verify import reference_outputs, verify
+from .worker import Worker, WorkerLost, WorkerSpec
 from tuning_db import Measurement
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # well above any current GPU's last-level cache
+
+
+class Isolation(enum.Enum):
+    """Where candidates are verified and timed."""
+
+    SUBPROCESS = "subprocess"  # a worker process per tune: survives faulting and hanging kernels
+    IN_PROCESS = "in_process"  # the calling process: for debugging, and backends a child cannot rebuild
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,10 @@ class TuneSettings:
     warmup: int = 5
     seed: int | None = None  # None: fresh entropy each run
     compile_workers: int | None = None
+    isolation: Isolation = Isolation.SUBPROCESS
+    # Wall-clock limit for one candidate's verification and timing in the worker; None: derived, see
+    # candidate_timeout(). Not applied in-process (a running kernel cannot be interrupted there).
+    candidate_timeout_s: float | None = None
 
 
 @dataclass
@@ -46,6 +66,40 @@ class Progress:
     on_compiled: Callable[[str, bool], None] | None = None
     on_measured: Callable[[Measurement], None] | None = None
     on_stage: Callable[[str, int], None] | None = None  # (stage name, total items)
+    on_worker_restart: Callable[[str, str], None] | None = None  # (candidate that lost the worker, why)
+
+
+# Derived candidate time limits (seconds), see candidate_timeout().
+FIRST_TIMEOUT_S = 10.0
+HOST_BYTES_PER_S = 50e6  # a pessimistic rate for uploads, read-back and numpy verification
+MIN_TIMEOUT_S = 2.0
+KERNEL_SLACK = 50.0
+HOST_SLACK = 4.0
+
+
+def candidate_timeout(
+    settings: TuneSettings, tensor_bytes: int, fastest_median_us: float | None, quickest_job_s: float | None
+) -> float:
+    """The wall-clock limit for the next candidate's verification and timing in the worker.
+
+    `settings.candidate_timeout_s` when set. Otherwise, before any candidate has verified:
+    FIRST_TIMEOUT_S + tensor_bytes / HOST_BYTES_PER_S (module load and first launch, plus the host-side
+    read-back and check of large outputs, which no timing predicts yet). Once one has:
+
+        max(MIN_TIMEOUT_S, HOST_SLACK * quickest_job_s,
+            KERNEL_SLACK * (warmup + reps + 2) * fastest_median)
+
+    where quickest_job_s is the shortest whole job (load, verify, time) of a verified candidate, so
+    the host work is covered four times over, and the last term lets a kernel 50 times slower than
+    the fastest so far finish its verification run, warm-up and reps (+1 for slack). A kernel that
+    slow cannot win; a limit that kills it costs one worker restart, never a wrong result.
+    """
+    if settings.candidate_timeout_s is not None:
+        return settings.candidate_timeout_s
+    if fastest_median_us is None or quickest_job_s is None:
+        return FIRST_TIMEOUT_S + tensor_bytes / HOST_BYTES_PER_S
+    launches = settings.warmup + settings.reps + 2
+    return max(MIN_TIMEOUT_S, HOST_SLACK * quickest_job_s, KERNEL_SLACK * launches * fastest_median_us * 1e-6)
 
 
 class DeviceTensors:
@@ -135,7 +189,14 @@ def tune(
     progress: Progress = Progress(),
     skip: frozenset[str] = frozenset(),
 ) -> list[Measurement]:
-    """Measure every candidate (except those named in `skip`); failures are measurements too."""
+    """Measure every candidate (except those named in `skip`); failures are measurements too.
+
+    The parent compiles; with `Isolation.SUBPROCESS` (the default) a worker process, rebuilt from
+    `backend.worker_factory()`, holds the device tensors and verifies and times each binary. It is
+    started on first use, replaced after a sticky error, a crash or a time limit, and always stopped
+    before this returns or raises. A backend without a worker factory is measured in-process, with a
+    warning.
+    """
     solver = solver_for(problem.op)
     info = backend.device_info()
     todo = [c for c in candidates if c.name not in skip]
@@ -160,25 +221,146 @@ def tune(
     ref, abs_ref = reference_outputs(solver, problem, values)
     min_bytes, macs = solver.traffic(problem)
 
+    bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs)
     if progress.on_stage:
         progress.on_stage("benchmark", len(todo))
-    tensors = DeviceTensors(backend, specs, host)
-    try:
+    with _runner(backend, bench, progress) as runner:
         for cand in todo:
             outcome = compiled[cand.name]
             if outcome.binary is None:
                 m = Measurement(cand.name, None, None, 0, False, f"compile: {outcome.error}")
             else:
-                m = _measure(backend, solver, problem, cand, outcome.binary, tensors, ref, abs_ref, settings, min_bytes, macs)
+                m = runner.measure(cand, outcome.binary)
             measurements.append(m)
             if progress.on_measured:
                 progress.on_measured(m)
-    finally:
-        tensors.free()
     return measurements
 
 
-def _measure(backend, solver, problem, cand, binary, tensors, ref, abs_ref, settings, min_bytes, macs) -> Measurement:
+@dataclass(frozen=True)
+class Bench:
+    """What measuring a candidate needs besides its binary; sent once to each worker it starts."""
+
+    solver: Any
+    problem: Any
+    specs: tuple[TensorSpec, ...]
+    host: dict[str, np.ndarray]
+    ref: dict[str, np.ndarray]
+    abs_ref: dict[str, np.ndarray]
+    settings: TuneSettings
+    min_bytes: int
+    macs: int
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(s.nbytes for s in self.specs)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A measurement, and whether its error left the device context unusable."""
+
+    measurement: Measurement
+    sticky: bool = False
+
+
+@dataclass(frozen=True)
+class _Job:
+    cand: Instance
+    binary: bytes
+
+
+def _runner(backend: Backend, bench: Bench, progress: Progress) -> "_InProcess | _Isolated":
+    factory = getattr(backend, "worker_factory", None)
+    rebuild = factory() if factory is not None else None
+    if bench.settings.isolation is Isolation.SUBPROCESS:
+        if rebuild is not None:
+            return _Isolated(rebuild, bench, progress)
+        warnings.warn(
+            f"{type(backend).__name__} cannot be rebuilt in a worker process; measuring in this process "
+            "(a faulting kernel ends the tune, a hanging one hangs it)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return _InProcess(backend, bench)
+
+
+class _InProcess:
+    """Measure in the calling process, on device tensors allocated once for the whole tune."""
+
+    def __init__(self, backend: Backend, bench: Bench) -> None:
+        self.backend = backend
+        self.bench = bench
+        self.tensors = DeviceTensors(backend, bench.specs, bench.host)
+
+    def measure(self, cand: Instance, binary: bytes) -> Measurement:
+        return _measure(self.backend, self.bench, cand, binary, self.tensors).measurement
+
+    def __enter__(self) -> "_InProcess":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.tensors.free()
+
+
+class _Isolated:
+    """Measure in a worker process; a candidate that takes the worker with it fails, the next gets a new one."""
+
+    def __init__(self, rebuild: Callable[[], Backend], bench: Bench, progress: Progress) -> None:
+        self.bench = bench
+        self.progress = progress
+        self.worker = Worker(WorkerSpec(rebuild, _worker_init, _worker_step, bench))
+        self.fastest_us: float | None = None
+        self.quickest_job_s: float | None = None
+
+    def measure(self, cand: Instance, binary: bytes) -> Measurement:
+        limit = candidate_timeout(self.bench.settings, self.bench.tensor_bytes, self.fastest_us, self.quickest_job_s)
+        self.worker.start()  # outside the timed job: a fresh worker's start has its own limit
+        started = time.monotonic()
+        reply = self.worker.call(_Job(cand, binary), limit)
+        elapsed = time.monotonic() - started
+        if isinstance(reply, WorkerLost):
+            self._restarted(cand, str(reply))
+            return Measurement(cand.name, None, None, 0, False, str(reply))
+        m = reply.measurement
+        if reply.sticky:
+            self.worker.stop()
+            self._restarted(cand, m.error or "sticky error")
+            return replace(m, error=f"{m.error} (worker restarted)")
+        if m.verified and m.median_us is not None:
+            self.fastest_us = m.median_us if self.fastest_us is None else min(self.fastest_us, m.median_us)
+            self.quickest_job_s = elapsed if self.quickest_job_s is None else min(self.quickest_job_s, elapsed)
+        return m
+
+    def _restarted(self, cand: Instance, why: str) -> None:
+        if self.progress.on_worker_restart:
+            self.progress.on_worker_restart(cand.name, why)
+
+    def __enter__(self) -> "_Isolated":
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.worker.__exit__(exc_type, exc, tb)
+
+
+# --- the worker process's side -----------------------------------------------------------------
+@dataclass
+class _WorkerState:
+    backend: Backend
+    bench: Bench
+    tensors: DeviceTensors
+
+
+def _worker_init(backend: Backend, bench: Bench) -> _WorkerState:
+    return _WorkerState(backend, bench, DeviceTensors(backend, bench.specs, bench.host))
+
+
+def _worker_step(state: _WorkerState, job: _Job) -> Outcome:
+    return _measure(state.backend, state.bench, job.cand, job.binary, state.tensors)
+
+
+def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tensors: DeviceTensors) -> Outcome:
+    solver, problem, settings = bench.solver, bench.problem, bench.settings
     try:
         loaded = LoadedBinary(backend, binary, {})
         plan = solver.launch_plan(cand.family, cand.params, problem)
@@ -193,21 +375,21 @@ def _measure(backend, solver, problem, cand, binary, tensors, ref, abs_ref, sett
         prepared.enqueue()
         backend.synchronize()
         got = {s.name: numerics.exact_values(tensors.read(s.name), s.scalar) for s in outputs}
-        verdict = verify(solver, problem, got, ref, abs_ref)
+        verdict = verify(solver, problem, got, bench.ref, bench.abs_ref)
         if not verdict.ok:
-            return Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}")
+            return Outcome(Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}"))
         samples = time_plan(backend, prepared, tensors, settings)
     except BackendError as exc:
-        return Measurement(cand.name, None, None, 0, False, f"launch: {exc}")
+        return Outcome(Measurement(cand.name, None, None, 0, False, f"launch: {exc}"), exc.sticky)
     median = statistics.median(samples)
     seconds = median * 1e-6
-    return Measurement(
+    return Outcome(Measurement(
         cand.name,
         median,
         _iqr(samples),
         len(samples),
         True,
         None,
-        gbps=min_bytes / seconds / 1e9,
-        tflops=2 * macs / seconds / 1e12,
-    )
+        gbps=bench.min_bytes / seconds / 1e9,
+        tflops=2 * bench.macs / seconds / 1e12,
+    ))

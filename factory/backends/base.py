@@ -10,11 +10,20 @@ from __future__ import annotations
 import ctypes
 import enum
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 
 class BackendError(RuntimeError):
-    """A runtime or compiler call failed; the message carries the runtime's own error text."""
+    """A runtime or compiler call failed; the message carries the runtime's own error text.
+
+    `sticky` marks an error that leaves the device context unusable for the rest of the process (an
+    illegal address, a trap, a failed launch): every later call fails too, so only a fresh process can
+    use the GPU again. The backend that raises it classifies it from the runtime's error code.
+    """
+
+    def __init__(self, message: str = "", *, sticky: bool = False) -> None:
+        super().__init__(message)
+        self.sticky = sticky
 
 
 class CompileError(BackendError):
@@ -67,6 +76,15 @@ class Backend(Protocol):
     kind: BackendKind
 
     def device_info(self) -> DeviceInfo: ...
+
+    def worker_factory(self) -> Callable[[], "Backend"] | None:
+        """A picklable callable that builds this backend (same device) in another process, or None.
+
+        The tuner measures candidates in a child process so that a faulting or hanging kernel cannot
+        take the caller's GPU context with it; the child rebuilds its backend with this. None: the
+        backend cannot be rebuilt elsewhere, and candidates are measured in the calling process.
+        """
+        ...
 
     def compile(self, source: str, arch: str, options: Sequence[str] = ()) -> CompiledBinary: ...
 

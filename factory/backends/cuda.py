@@ -8,10 +8,11 @@ cuda-python is imported lazily so the package imports on machines without it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,11 +35,28 @@ def _driver() -> Any:
     return driver
 
 
+# Errors after which the context is unusable ("the process must terminate and relaunch", as the CUDA
+# documentation puts it): every later call in this process returns the same error.
+STICKY_ERRORS = frozenset({
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+})
+
+
 def _check(result: Any, what: str) -> Any:
     """cuda-python returns (status, *values); raise on a non-success status, else return the values."""
     status, *values = result if isinstance(result, tuple) else (result,)
     if int(status) != 0:
-        raise BackendError(f"{what} failed: {_error_text(status)}")
+        sticky = getattr(status, "name", "") in STICKY_ERRORS
+        raise BackendError(f"{what} failed: {_error_text(status)}", sticky=sticky)
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
@@ -145,6 +163,7 @@ class CudaBackend:
         if device >= count:
             raise BackendError(f"CUDA device {device} requested, {count} present")
         self._driver = driver
+        self._ordinal = device
         self._device = _check(driver.cuDeviceGet(device), "cuDeviceGet")
         self._context = _check(driver.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
         self._make_current()
@@ -174,6 +193,10 @@ class CudaBackend:
                 compiler_version=self.compiler_version(),
             )
         return self._info
+
+    def worker_factory(self) -> Callable[[], "CudaBackend"]:
+        """Rebuilds this backend on the same device ordinal in a worker process."""
+        return functools.partial(CudaBackend, self._ordinal)
 
     def compiler_version(self) -> str:
         return nvrtc_version()

@@ -9,6 +9,7 @@ status become BackendError here.
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Sequence
@@ -31,6 +32,15 @@ DEFAULT_OPTIONS: tuple[str, ...] = (
 PROGRAM_NAME = b"kernel.hip"
 _ARG_TYPES = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float)
 
+
+# Errors after which the device context is unusable for the rest of the process.
+STICKY_ERRORS = frozenset({
+    "hipErrorIllegalAddress",
+    "hipErrorLaunchFailure",
+    "hipErrorLaunchTimeOut",
+    "hipErrorAssert",
+    "hipErrorECCNotCorrectable",
+})
 
 _NO_HIP_PYTHON = "hip-python is not installed (pip install 'kernel-factory[hip]')"
 
@@ -74,7 +84,8 @@ def _call(what: str, fn: Callable[..., tuple], *args: Any) -> Any:
     except RuntimeError as exc:  # hip-python could not open the library or find the symbol
         raise BackendError(f"{what}: {exc}") from exc
     if int(status) != 0:  # hipSuccess and HIPRTC_SUCCESS are both 0
-        raise BackendError(f"{what} failed: {_status_text(status)}")
+        sticky = getattr(status, "name", "") in STICKY_ERRORS
+        raise BackendError(f"{what} failed: {_status_text(status)}", sticky=sticky)
     if not outputs:
         return None
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -150,6 +161,10 @@ class HipBackend:
         _call("hipSetDevice", hip.hipSetDevice, device)
         self._hip = hip
         self.device = device
+
+    def worker_factory(self) -> Callable[[], "HipBackend"]:
+        """Rebuilds this backend on the same device in a worker process."""
+        return functools.partial(HipBackend, self.device)
 
     # Compilation -------------------------------------------------------------------------------
     def compile(self, source: str, arch: str, options: Sequence[str] = ()) -> CompiledBinary:

@@ -1,0 +1,250 @@
+"""Run jobs in a child process that a faulting or hanging GPU kernel cannot take down with it.
+
+A kernel that makes an illegal memory access leaves its CUDA/HIP context unusable for the rest of the
+process, and one that never finishes cannot be interrupted from the host. Running such work in a
+child lets the parent kill it on a deadline, notice that it died, and start a fresh one.
+
+The child is started with "spawn" (a process that holds a GPU context must never fork). It builds its
+own backend with `WorkerSpec.backend_factory`, turns the payload (sent once per start) into a state
+with `init`, then answers each job with `step(state, job)`. Everything crossing the pipe is pickled,
+so the factory, `init`, `step`, the payload and the jobs must be importable, module-level objects.
+
+The child inherits the parent's stderr file descriptor, so driver messages and tracebacks land where
+the parent's own output does. It ignores SIGINT (Ctrl-C reaches the whole process group; the parent
+decides) and, on Linux, is killed by the kernel if the parent dies without stopping it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
+
+from .backends import BackendError
+
+START_TIMEOUT_S = 120.0  # runtime initialisation, device allocations and input uploads
+STOP_GRACE_S = 5.0  # a healthy child leaves on request within this, else it is killed
+REAP_TIMEOUT_S = 30.0  # a killed child stuck in driver teardown is left to finish on its own
+
+
+class LossKind(enum.Enum):
+    DIED = "worker died"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """A job that took the worker with it: it died (signal, exit) or was killed on its deadline."""
+
+    kind: LossKind
+    detail: str  # "signal 11 (SIGSEGV)", "exit code 3", "exceeded 3 s"
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}: {self.detail}"
+
+
+class WorkerError(BackendError):
+    """The worker could not start, or a job raised an unexpected exception (the child's traceback follows)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    backend_factory: Callable[[], Any]
+    init: Callable[[Any, Any], Any]  # (backend, payload) -> state, once per start
+    step: Callable[[Any, Any], Any]  # (state, job) -> reply, once per job
+    payload: Any
+    start_timeout_s: float = START_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class _Ready:
+    pid: int
+
+
+@dataclass(frozen=True)
+class _Raised:
+    where: str  # "start" or "job"
+    text: str  # the child's traceback
+
+
+class Worker:
+    """One child process at a time, started on first use and replaced after it is lost."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.starts = 0
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def call(self, job: Any, timeout_s: float) -> Any:
+        """`step`'s reply to `job`, or WorkerLost (and no worker) when the child died or ran out of time.
+
+        The time limit covers the job alone: a worker that is not running yet is started first.
+        """
+        self.start()
+        assert self._process is not None and self._conn is not None
+        try:
+            self._conn.send(job)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return self._lost_after_death()
+        ready = wait([self._conn, self._process.sentinel], timeout_s)
+        if self._conn in ready:
+            try:
+                reply = self._conn.recv()
+            except (EOFError, ConnectionResetError):
+                return self._lost_after_death()
+            if isinstance(reply, _Raised):
+                self.stop()
+                raise _error(reply)
+            return reply
+        if ready:
+            return self._lost_after_death()
+        self.kill()
+        return WorkerLost(LossKind.TIMEOUT, f"exceeded {round(timeout_s, 2):g} s")
+
+    def stop(self) -> None:
+        """Ask the child to leave; kill it if it does not within STOP_GRACE_S."""
+        if self._process is None:
+            return
+        if self._conn is not None and self._process.is_alive():
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                pass
+            self._process.join(STOP_GRACE_S)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the child (a kernel that never returns ignores everything else) and reap it."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is not None:
+            if process.is_alive():
+                process.kill()
+            process.join(REAP_TIMEOUT_S)
+            if process.exitcode is not None:
+                process.close()
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        # On an exception (KeyboardInterrupt included) the child may be busy: do not wait for it.
+        if exc_type is None:
+            self.stop()
+        else:
+            self.kill()
+
+    def start(self) -> None:
+        """Start the child unless it is running, and wait until it holds its state (or raise WorkerError)."""
+        if self._process is not None:
+            return
+        context = multiprocessing.get_context("spawn")
+        parent_end, child_end = context.Pipe()
+        process = context.Process(
+            target=_child_main,
+            args=(child_end, os.getpid(), self.spec.backend_factory, self.spec.init, self.spec.step),
+            name="kfactory-measure",
+            daemon=True,
+        )
+        process.start()
+        child_end.close()  # the parent sees EOF once the child is gone
+        self._process, self._conn = process, parent_end
+        self.starts += 1
+        try:
+            parent_end.send(self.spec.payload)
+            ready = wait([parent_end, process.sentinel], self.spec.start_timeout_s)
+            message = parent_end.recv() if parent_end in ready else None
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            message = None
+        except BaseException:
+            self.kill()
+            raise
+        if isinstance(message, _Ready):
+            return
+        if isinstance(message, _Raised):
+            self.kill()
+            raise _error(message)
+        alive = process.is_alive()
+        self.kill()
+        why = f"did not start within {self.spec.start_timeout_s:g} s" if alive else _death(process.exitcode)
+        raise WorkerError(f"measuring worker {why}")
+
+    def _lost_after_death(self) -> WorkerLost:
+        process = self._process
+        assert process is not None
+        process.join(REAP_TIMEOUT_S)
+        detail = _death(process.exitcode)
+        self.kill()
+        return WorkerLost(LossKind.DIED, detail)
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "exited (status unknown)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+        return f"signal {-exitcode} ({name})"
+    return f"exit code {exitcode}"
+
+
+def _error(raised: _Raised) -> WorkerError:
+    what = "measuring worker failed to start" if raised.where == "start" else "measuring worker raised"
+    return WorkerError(f"{what}:\n{raised.text}")
+
+
+# --- the child ---------------------------------------------------------------------------------
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: have the kernel SIGKILL this process when the parent dies, so no worker is orphaned."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _child_main(conn: Connection, parent_pid: int, backend_factory: Callable[[], Any],
+                init: Callable[[Any, Any], Any], step: Callable[[Any, Any], Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+    try:
+        payload = conn.recv()
+        state = init(backend_factory(), payload)
+    except EOFError:
+        return
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(_Raised("start", traceback.format_exc()))
+        return
+    conn.send(_Ready(os.getpid()))
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        try:
+            reply = step(state, job)
+        except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+            conn.send(_Raised("job", traceback.format_exc()))
+            return
+        conn.send(reply)

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
@@ -154,6 +156,7 @@ class Kernel:
         # What run() accepts per tensor, computed once: run() sits on the caller's hot path.
         self._accepted = {name: self._accepted_layouts(name) for name in self.specs}
         self._dtypes = {name: _framework_dtype(spec) for name, spec in self.specs.items()}
+        self._torch_accepted: dict[str, tuple[Any, list]] | None = None  # built on the first torch call
 
     @property
     def name(self) -> str:
@@ -170,21 +173,17 @@ class Kernel:
         layouts PyTorch has, the PyTorch convolution shape with that layout's strides (channels_last
         tensors for NHWGC, contiguous ones for NGCHW).
         """
-        missing = set(self.specs) - set(tensors)
-        extra = set(tensors) - set(self.specs)
-        if missing or extra:
+        if tensors.keys() != self.specs.keys():
+            missing = set(self.specs) - set(tensors)
+            extra = set(tensors) - set(self.specs)
             raise TensorMismatch(f"run() takes {', '.join(self.specs)}; missing {sorted(missing)}, unexpected {sorted(extra)}")
-        pointers: dict[str, int] = {}
-        devices = set()
-        for name, value in tensors.items():
-            pointers[name], device = self._check_tensor(name, value)
-            devices.add(device)
-        if len(devices) > 1:
-            raise TensorMismatch(f"tensors on different GPUs {sorted(devices)}: one kernel runs on one device")
+        pointers = self._torch_fast_pointers(tensors)
+        if pointers is None:
+            pointers = self._checked_pointers(tensors)
         if stream is None:
             # One stream lookup per call (not per tensor): it costs microseconds on the caller's hot path.
             stream = _current_stream(next(iter(tensors.values()))) or 0
-        self.run_pointers(pointers, stream)
+        self._enqueue(pointers, stream)
 
     def run_pointers(self, pointers: Mapping[str, int], stream: int = 0) -> None:
         """Launch on raw device pointers laid out as `self.specs` describes (contiguous, physical order)."""
@@ -192,6 +191,9 @@ class Kernel:
             ptr = pointers.get(name)
             if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0:  # True is an int, not a pointer
                 raise TensorMismatch(f"{name}: needs a device pointer (a positive int)")
+        self._enqueue(pointers, stream)
+
+    def _enqueue(self, pointers: Mapping[str, int], stream: int) -> None:
         resolved = dict(pointers)
         resolved["workspace"] = self._workspace
         self._prepared.bind(resolved)
@@ -207,6 +209,46 @@ class Kernel:
             if alt is not None:
                 accepted.append(alt)
         return accepted
+
+    def _checked_pointers(self, tensors: Mapping[str, Any]) -> dict[str, int]:
+        """Data pointers after the full checks of every tensor; raises TensorMismatch naming the first bad one."""
+        pointers: dict[str, int] = {}
+        devices = set()
+        for name, value in tensors.items():
+            pointers[name], device = self._check_tensor(name, value)
+            devices.add(device)
+        if len(devices) > 1:
+            raise TensorMismatch(f"tensors on different GPUs {sorted(devices)}: one kernel runs on one device")
+        return pointers
+
+    def _torch_fast_pointers(self, tensors: Mapping[str, Any]) -> dict[str, int] | None:
+        """Data pointers when every tensor is a CUDA torch tensor of exactly an accepted dtype, shape and
+        strides, all on one GPU: the common call, checked with a few attribute reads per tensor. None sends
+        the call through `_checked_pointers`, which accepts the rest (size-1 dims with any stride, CuPy)
+        and words the errors."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        if self._torch_accepted is None:
+            self._torch_accepted = {name: (_torch_dtypes(torch)[spec.scalar.numpy_name], self._accepted[name])
+                                    for name, spec in self.specs.items()}
+        tensor_type = torch.Tensor
+        pointers: dict[str, int] = {}
+        device = None
+        for name, value in tensors.items():
+            dtype, accepted = self._torch_accepted[name]
+            if not isinstance(value, tensor_type) or value.dtype is not dtype or not value.is_cuda:
+                return None
+            shape, strides = value.shape, value.stride()
+            if not any(shape == s and strides == t for s, t in accepted):
+                return None
+            index = value.get_device()
+            if device is None:
+                device = index
+            elif index != device:
+                return None
+            pointers[name] = value.data_ptr()
+        return pointers
 
     def _check_tensor(self, name: str, value: Any) -> tuple[int, int]:
         """(data pointer, device index) of a tensor that matches the spec named `name`."""
@@ -270,10 +312,22 @@ def _current_stream(value: Any) -> int | None:
     if _framework(value) == "torch":
         import torch
 
-        return torch.cuda.current_stream(value.device).cuda_stream if value.is_cuda else None
+        if not value.is_cuda:
+            return None
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own launchers call: ~1 µs
+        if raw is not None:
+            return raw(value.get_device())
+        return torch.cuda.current_stream(value.device).cuda_stream
     import cupy
 
     return cupy.cuda.get_current_stream().ptr
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_dtypes(torch: Any) -> dict[str, Any]:
+    """numpy dtype names -> torch dtypes."""
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+            "int8": torch.int8, "int32": torch.int32}
 
 
 _TORCH_DTYPE_NAMES: dict[Any, str] = {}

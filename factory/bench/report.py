@@ -18,6 +18,7 @@ from .model import Ceilings, Row, Status, Timing
 
 COLUMNS = (
     "op", "case", "dtype", "layout", "status", "ours_us", "ours_iqr_us", "torch_us", "torch_iqr_us", "speedup",
+    "ours_host_us", "torch_host_us",
     "ours_dram_pct", "torch_dram_pct", "ours_mma_pct", "torch_mma_pct", "ours_gbps", "torch_gbps",
     "max_rel_err", "tolerance", "reps", "instance", "problem", "min_bytes", "macs", "note",
 )
@@ -58,6 +59,8 @@ def record(row: Row, ceilings: Ceilings | None) -> dict[str, Any]:
         "ours_us": med(row.ours), "ours_iqr_us": row.ours.iqr_us if row.ours else None,
         "torch_us": med(row.torch), "torch_iqr_us": row.torch.iqr_us if row.torch else None,
         "speedup": row.speedup,
+        "ours_host_us": row.ours.host_us if row.ours else None,
+        "torch_host_us": row.torch.host_us if row.torch else None,
         "ours_dram_pct": pct("dram", row.ours), "torch_dram_pct": pct("dram", row.torch),
         "ours_mma_pct": pct("mma", row.ours), "torch_mma_pct": pct("mma", row.torch),
         "ours_gbps": gbps(row.ours), "torch_gbps": gbps(row.torch),

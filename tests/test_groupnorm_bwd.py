@@ -109,11 +109,14 @@ def test_unsupported_cells_name_the_supported_ones():
 
 
 # --- catalog -----------------------------------------------------------------------------------------
-def test_every_cell_has_both_families_and_names_parse_back():
+def test_every_cell_has_its_families_and_names_parse_back():
     counts = collections.Counter((i.layout, i.dtype, i.ndim, i.family) for i in instances())
-    for layout, dtype, ndim in CELLS:
-        for family in SOLVER.families:
-            assert counts[(layout, dtype, ndim, family)] > 0, (layout, dtype, ndim, family)
+    for family in SOLVER.families:
+        cells = SOLVER.supported_cells(family)
+        assert cells <= CELLS and {layout for layout, _, _ in cells} >= {Layout.NGCHW}
+        for layout, dtype, ndim in CELLS:
+            expected = (layout, dtype, ndim) in cells
+            assert (counts[(layout, dtype, ndim, family)] > 0) == expected, (layout, dtype, ndim, family)
     names = [i.name for i in instances()]
     assert len(names) == len(set(names))
     for inst in instances():
@@ -162,6 +165,10 @@ def test_heuristic_prefers_the_fused_family_with_wide_loads():
 def test_tiles_cover_every_element_and_big_problems_fill_the_gpu(spec, layout, big):
     p = parse_groupnorm_problem(spec, layout, DType.FP16)
     for inst in lookup(p):
+        if inst.family == "group":  # one block per group, whatever the sizes
+            (launch,) = SOLVER.launch_plan(inst.family, inst.params, p).steps
+            assert launch.grid == (p.G, 1, 1) and launch.block == (inst.params.threads, 1, 1)
+            continue
         geo = geometry(inst.params, p)
         threads = geo.lanes * geo.rows
         assert threads <= inst.params.threads, inst.name
@@ -194,6 +201,9 @@ def test_launch_plans_per_family():
     assert entries[("threepass", None)] == {("kf_channel", "kf_group", "kf_dx")}
     assert entries[("fused", Finish.ATOMIC)] == {("kf_stats", "kf_dx")}
     assert entries[("fused", Finish.TWOSTAGE)] == {("kf_stats", "kf_finish", "kf_dx")}
+    small = dataclasses.replace(p, layout=Layout.NGCHW)
+    plans = [SOLVER.launch_plan(i.family, i.params, small) for i in lookup(small) if i.family == "group"]
+    assert plans and all([s.entry for s in plan.steps] == ["kf_group"] and plan.workspace_bytes == 0 for plan in plans)
     plain = dataclasses.replace(p, affine=False)
     inst = next(i for i in lookup(plain) if i.family == "threepass")
     assert [s.entry for s in SOLVER.launch_plan(inst.family, inst.params, plain).steps if isinstance(s, Launch)] == [

@@ -53,6 +53,9 @@ FINISH_BLOCK = (32, 8, 1)  # twostage finishing kernel: one 32-lane row per (n, 
 # A big GPU (H100 SXM: 132 SMs x 2048 threads; MI250X's GCD holds about as many): the grids aim at
 # `waves` times this many threads, so few (n, c) rows still fill the device and many need no splitting.
 RESIDENT_THREADS = 132 * 2048
+GROUP_ROW_CAP = 1024  # `group` family: (n, c) rows of one group whose sums a block keeps in shared memory
+GROUP_ELEMENT_CAP = 1 << 18  # `group` family: elements of one group (N*D*S) one block streams at most
+GROUP_SMALL_BYTES = 8 << 20  # the heuristic's guess: below this per tensor, one launch per problem wins
 INPUT_EPS = 1e-5  # variance epsilon of the statistics random_inputs derives from x
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
@@ -205,16 +208,44 @@ class FusedParams(StreamParams):
         return self.stream_values() | {"reduce_mode": self.finish.mode}
 
 
+@dataclass(frozen=True)
+class GroupParams:
+    """One block of `threads` per group, each warp streaming whole rows with `unroll` loads of `vector`
+    elements per tensor in flight per lane."""
+
+    threads: int
+    vector: int
+    unroll: int
+
+    def __post_init__(self) -> None:
+        if self.threads % 32 or not 64 <= self.threads <= 1024:
+            raise ValueError("threads must be a multiple of 32 in 64..1024")
+        if self.vector not in (1, 2, 4, 8):
+            raise ValueError("vector must be 1, 2, 4 or 8")
+        if self.unroll < 1:
+            raise ValueError("unroll must be >= 1")
+
+    def suffix(self) -> str:
+        return f"t{self.threads}_v{self.vector}_u{self.unroll}"
+
+    def template_values(self) -> dict[str, Any]:
+        return {"threads": self.threads, "vector": self.vector, "unroll": self.unroll, "reduce_mode": 0,
+                "row_cap": GROUP_ROW_CAP}
+
+
 FAMILIES: dict[str, FamilySpec] = {
     "threepass": FamilySpec("threepass", "groupnorm_bwd/threepass.hip.j2", ThreePassParams,
                             "per-channel sums, per-(n, g) sums, then dx: three reads of x and dy"),
     "fused": FamilySpec("fused", "groupnorm_bwd/fused.hip.j2", FusedParams,
                         "per-(n, c) sums in one read of x and dy, then dx: two reads"),
+    "group": FamilySpec("group", "groupnorm_bwd/group.hip.j2", GroupParams,
+                        "one launch, one block per group: sums, dgamma/dbeta, then dx from cache (NGCHW)"),
 }
 
 LAYOUTS = (Layout.NGCHW, Layout.NHWGC)
 DTYPES = (DType.FP16, DType.BF16, DType.FP32)
 CELLS = frozenset((l, d, n) for l in LAYOUTS for d in DTYPES for n in (1, 2, 3))
+GROUP_CELLS = frozenset(cell for cell in CELLS if cell[0] is Layout.NGCHW)  # a group's rows are contiguous
 
 
 # --- geometry --------------------------------------------------------------------------------------
@@ -264,6 +295,25 @@ def geometry(params: StreamParams, problem: GroupNormProblem) -> Geometry:
     return Geometry(lanes, rows, chunk, splits, tiles, unsplit * splits)
 
 
+def _group_why_not(problem: GroupNormProblem) -> str | None:
+    rows = problem.N * problem.per_group
+    if rows > GROUP_ROW_CAP:
+        return f"N*C/G = {rows} rows per group; one block keeps the sums of at most {GROUP_ROW_CAP}"
+    if rows * problem.spatial > GROUP_ELEMENT_CAP:
+        return (f"{rows * problem.spatial} elements per group; one block per group streams at most "
+                f"{GROUP_ELEMENT_CAP} (the fused family splits big groups across the GPU)")
+    return None
+
+
+def _group_plan(params: GroupParams, problem: GroupNormProblem) -> LaunchPlan:
+    """One launch of G blocks; gamma/dgamma/dbeta slots take any bound buffer when there is no gamma."""
+    gamma, dgamma, dbeta = ("gamma", "dgamma", "dbeta") if problem.affine else ("x", "dx", "dx")
+    args = (Buf("x"), Buf("dy"), Buf("mean"), Buf("rstd"), Buf(gamma), Buf("dx"), Buf(dgamma), Buf(dbeta),
+            *(I32(v) for v in (problem.N, problem.C, problem.G, problem.per_group, problem.spatial, int(problem.affine))),
+            F32(1.0 / (problem.per_group * problem.spatial)))
+    return LaunchPlan((Launch("kf_group", (problem.G, 1, 1), (params.threads, 1, 1), args),), 0)
+
+
 def _workspace_floats(problem: GroupNormProblem, geo: Geometry, params: Any) -> tuple[int, int]:
     """(floats zeroed before the sums, total floats): per-(n, g) pairs, per-channel pairs, split partials."""
     accumulators = 2 * problem.N * problem.G + 2 * problem.C
@@ -280,7 +330,7 @@ class GroupNormBwd:
 
     # --- what exists -----------------------------------------------------------------------------
     def supported_cells(self, family: str | None = None) -> frozenset[tuple[Layout, DType, int]]:
-        return CELLS
+        return GROUP_CELLS if family == "group" else CELLS
 
     def cell_allows(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> bool:
         return params.vector * dtype.tensor.nbytes <= MAX_VECTOR_BYTES
@@ -297,6 +347,8 @@ class GroupNormBwd:
             return f"vector width {params.vector} needs C divisible by it (C={problem.C})"
         if problem.layout is Layout.NGCHW and problem.spatial % params.vector:
             return f"vector width {params.vector} needs the spatial size divisible by it (S={problem.spatial})"
+        if family == "group":
+            return _group_why_not(problem)
         geo = geometry(params, problem)
         if _workspace_floats(problem, geo, params)[1] > INT32_LIMIT:
             return "the per-split sums need a workspace of 2**31 floats or more"
@@ -342,6 +394,8 @@ class GroupNormBwd:
         return values
 
     def launch_plan(self, family: str, params: Any, problem: GroupNormProblem) -> LaunchPlan:
+        if family == "group":
+            return _group_plan(params, problem)
         geo = geometry(params, problem)
         zeroed, total = _workspace_floats(problem, geo, params)
         affine = problem.affine
@@ -427,6 +481,10 @@ class GroupNormBwd:
 
     def heuristic_score(self, family: str, params: Any, problem: GroupNormProblem) -> float:
         """Higher is better: a rough prior used when a problem is untuned."""
+        if family == "group":  # small problems: one launch beats three; large ones need the whole GPU
+            load_bytes = params.vector * problem.dtype.tensor.nbytes
+            small = problem.numel * problem.dtype.tensor.nbytes <= GROUP_SMALL_BYTES and problem.G >= 16
+            return (4.0 if small else 0.0) + math.log2(load_bytes) * 0.3 - 0.05 * abs(math.log2(params.threads / 512))
         geo = geometry(params, problem)
         fill = min(geo.blocks * geo.lanes * geo.rows / RESIDENT_THREADS, 1.0)
         load_bytes = params.vector * problem.dtype.tensor.nbytes

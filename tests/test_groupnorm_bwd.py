@@ -23,7 +23,7 @@ from factory.cli import main as cli_main
 from factory.codegen import render
 from factory.ops.base import Launch, Memset, Role
 from factory.ops.groupnorm_bwd import (
-    CELLS, SOLVER, Finish, GroupNormProblem, geometry, parse_groupnorm_problem,
+    CELLS, SOLVER, Finish, GroupNormProblem, Span, geometry, parse_groupnorm_problem,
 )
 from factory.problem import DType, InvalidProblem, Layout, Op, ProblemSyntaxError, UnsupportedProblem
 from factory.selector import check_supported, explain, heuristic_pick, lookup
@@ -165,9 +165,10 @@ def test_heuristic_prefers_the_fused_family_with_wide_loads():
 def test_tiles_cover_every_element_and_big_problems_fill_the_gpu(spec, layout, big):
     p = parse_groupnorm_problem(spec, layout, DType.FP16)
     for inst in lookup(p):
-        if inst.family == "group":  # one block per group, whatever the sizes
-            (launch,) = SOLVER.launch_plan(inst.family, inst.params, p).steps
-            assert launch.grid == (p.G, 1, 1) and launch.block == (inst.params.threads, 1, 1)
+        if inst.family == "group":  # one block per group or per (n, g), whatever the sizes
+            launch = SOLVER.launch_plan(inst.family, inst.params, p).steps[0]
+            blocks = p.G * (p.N if inst.params.span is Span.PER_SAMPLE else 1)
+            assert launch.grid == (blocks, 1, 1) and launch.block == (inst.params.threads, 1, 1)
             continue
         geo = geometry(inst.params, p)
         threads = geo.lanes * geo.rows
@@ -202,8 +203,14 @@ def test_launch_plans_per_family():
     assert entries[("fused", Finish.ATOMIC)] == {("kf_stats", "kf_dx")}
     assert entries[("fused", Finish.TWOSTAGE)] == {("kf_stats", "kf_finish", "kf_dx")}
     small = dataclasses.replace(p, layout=Layout.NGCHW)
-    plans = [SOLVER.launch_plan(i.family, i.params, small) for i in lookup(small) if i.family == "group"]
-    assert plans and all([s.entry for s in plan.steps] == ["kf_group"] and plan.workspace_bytes == 0 for plan in plans)
+    for inst in (i for i in lookup(small) if i.family == "group"):
+        plan = SOLVER.launch_plan(inst.family, inst.params, small)
+        entries[("group", inst.params.span)].add(tuple(s.entry for s in plan.steps))
+        per_sample = inst.params.span is Span.PER_SAMPLE
+        assert plan.workspace_bytes == (4 * 2 * small.N * small.C if per_sample else 0)
+        assert plan.steps[0].grid == ((small.N if per_sample else 1) * small.G, 1, 1)
+    assert entries[("group", Span.PER_GROUP)] == {("kf_group",)}
+    assert entries[("group", Span.PER_SAMPLE)] == {("kf_group", "kf_group_finish")}
     plain = dataclasses.replace(p, affine=False)
     inst = next(i for i in lookup(plain) if i.family == "threepass")
     assert [s.entry for s in SOLVER.launch_plan(inst.family, inst.params, plain).steps if isinstance(s, Launch)] == [
@@ -224,10 +231,10 @@ def test_tensors_and_framework_views():
     assert SOLVER.framework_view(q, "dy") == ((2, 6, 3, 4, 5), (360, 60, 20, 5, 1))
 
 
-def test_traffic_counts_two_passes():
+def test_traffic_counts_each_tensor_once():
     p = parse_groupnorm_problem("N=32,C=256,G=32,input=56x56", Layout.NGCHW, DType.FP16)
     bytes_, macs = SOLVER.traffic(p)
-    assert bytes_ == 5 * p.numel * 2 + 2 * 32 * 32 * 4 + 3 * 256 * 2
+    assert bytes_ == 3 * p.numel * 2 + 2 * 32 * 32 * 4 + 3 * 256 * 2
     assert macs == 4 * p.numel
 
 
@@ -360,7 +367,7 @@ def test_api_takes_pytorch_shaped_tensors_and_refuses_wrong_ones(layout, host_te
     good = tensors()
     kernel.run(**good)
     assert [k for k, _ in backend.launches] == [s.entry for s in kernel.plan.steps if isinstance(s, Launch)]
-    sent = set(backend.launches[-1][1])
+    sent = {ptr for _, args in backend.launches for ptr in args}
     assert {good[k].data_ptr() for k in ("x", "dy", "mean", "rstd", "dx")} <= sent
     physical = {n: torch.zeros(s.shape, dtype=torch.float32 if n in ("mean", "rstd") else torch.float16)
                 for n, s in kernel.specs.items()}

@@ -19,10 +19,11 @@ Two kernel families, both reading the forward's fp32 statistics and accumulating
   per-(n, g) coefficients follow; a second pass writes dx: 5 tensor-sized transfers. The per-(n, c)
   sums meet through atomics (`atomic`) or a deterministic finishing kernel (`twostage`).
 
-Minimum DRAM traffic (what `traffic` reports, and what GB/s figures divide): the 5 tensor-sized
-transfers of a two-pass scheme (read x, dy; read x, dy; write dx) plus the small tensors. When x and dy
-fit in L2 together the floor is 3 (the second read hits the cache), so GB/s figures of small problems
-can exceed the DRAM bandwidth; the dx pass walks the tiles in reverse for the same reason on big ones.
+Minimum DRAM traffic (what `traffic` reports, and what GB/s figures divide): 3 tensor-sized transfers
+(x and dy read once, dx written once) plus the small tensors. The fused family reads x and dy twice, so
+where they do not stay in L2 between its passes it moves 5 transfers and tops out at 3/5 of the copy
+bandwidth by this count; the dx pass walks the tiles in reverse to reuse what L2 still holds. The group
+family re-reads a block's own rows right after summing them, mostly from cache.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .base import F32, I32, Buf, FamilySpec, Launch, LaunchPlan, Memset, Role, T
 
 INT32_LIMIT = 2**31 - 1
 MAX_VECTOR_BYTES = 16  # the widest global load one thread issues
+FINISH_THREADS = 256  # group family, per-sample span: threads per block of the dgamma/dbeta launch
 FINISH_BLOCK = (32, 8, 1)  # twostage finishing kernel: one 32-lane row per (n, g) or 32 channels per block
 # A big GPU (H100 SXM: 132 SMs x 2048 threads; MI250X's GCD holds about as many): the grids aim at
 # `waves` times this many threads, so few (n, c) rows still fill the device and many need no splitting.
@@ -208,14 +210,22 @@ class FusedParams(StreamParams):
         return self.stream_values() | {"reduce_mode": self.finish.mode}
 
 
+class Span(enum.Enum):
+    """What one block of the `group` family owns."""
+
+    PER_GROUP = "per_group"  # every sample of one group: dgamma/dbeta summed in the block
+    PER_SAMPLE = "per_sample"  # one (n, g): dgamma/dbeta finished by a second launch
+
+
 @dataclass(frozen=True)
 class GroupParams:
-    """One block of `threads` per group, each warp streaming whole rows with `unroll` loads of `vector`
+    """Blocks of `threads` owning `span`, each warp streaming whole rows with `unroll` loads of `vector`
     elements per tensor in flight per lane."""
 
     threads: int
     vector: int
     unroll: int
+    span: Span = Span.PER_GROUP
 
     def __post_init__(self) -> None:
         if self.threads % 32 or not 64 <= self.threads <= 1024:
@@ -226,11 +236,12 @@ class GroupParams:
             raise ValueError("unroll must be >= 1")
 
     def suffix(self) -> str:
-        return f"t{self.threads}_v{self.vector}_u{self.unroll}"
+        return f"t{self.threads}_v{self.vector}_u{self.unroll}_{self.span.value}"
 
     def template_values(self) -> dict[str, Any]:
         return {"threads": self.threads, "vector": self.vector, "unroll": self.unroll, "reduce_mode": 0,
-                "row_cap": GROUP_ROW_CAP}
+                "row_cap": GROUP_ROW_CAP, "per_sample": int(self.span is Span.PER_SAMPLE),
+                "finish_threads": FINISH_THREADS}
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -295,23 +306,35 @@ def geometry(params: StreamParams, problem: GroupNormProblem) -> Geometry:
     return Geometry(lanes, rows, chunk, splits, tiles, unsplit * splits)
 
 
-def _group_why_not(problem: GroupNormProblem) -> str | None:
-    rows = problem.N * problem.per_group
+def _group_why_not(params: GroupParams, problem: GroupNormProblem) -> str | None:
+    per_sample = params.span is Span.PER_SAMPLE
+    rows = problem.per_group if per_sample else problem.N * problem.per_group
+    owner = "(n, g)" if per_sample else "group"
     if rows > GROUP_ROW_CAP:
-        return f"N*C/G = {rows} rows per group; one block keeps the sums of at most {GROUP_ROW_CAP}"
+        return f"{rows} (n, c) rows per {owner}; one block keeps the sums of at most {GROUP_ROW_CAP}"
     if rows * problem.spatial > GROUP_ELEMENT_CAP:
-        return (f"{rows * problem.spatial} elements per group; one block per group streams at most "
+        return (f"{rows * problem.spatial} elements per {owner}; one block streams at most "
                 f"{GROUP_ELEMENT_CAP} (the fused family splits big groups across the GPU)")
     return None
 
 
 def _group_plan(params: GroupParams, problem: GroupNormProblem) -> LaunchPlan:
-    """One launch of G blocks; gamma/dgamma/dbeta slots take any bound buffer when there is no gamma."""
-    gamma, dgamma, dbeta = ("gamma", "dgamma", "dbeta") if problem.affine else ("x", "dx", "dx")
+    """G blocks (per group) or N*G blocks and a finishing launch over the channels (per sample).
+
+    Without gamma the kernels never touch gamma/dgamma/dbeta; any bound buffer fills the slots."""
+    N, C, G = problem.N, problem.C, problem.G
+    affine = problem.affine
+    gamma, dgamma, dbeta = ("gamma", "dgamma", "dbeta") if affine else ("x", "dx", "dx")
     args = (Buf("x"), Buf("dy"), Buf("mean"), Buf("rstd"), Buf(gamma), Buf("dx"), Buf(dgamma), Buf(dbeta),
-            *(I32(v) for v in (problem.N, problem.C, problem.G, problem.per_group, problem.spatial, int(problem.affine))),
+            Buf("workspace"), *(I32(v) for v in (N, C, G, problem.per_group, problem.spatial, int(affine))),
             F32(1.0 / (problem.per_group * problem.spatial)))
-    return LaunchPlan((Launch("kf_group", (problem.G, 1, 1), (params.threads, 1, 1), args),), 0)
+    if params.span is Span.PER_GROUP:
+        return LaunchPlan((Launch("kf_group", (G, 1, 1), (params.threads, 1, 1), args),), 0)
+    steps = [Launch("kf_group", (N * G, 1, 1), (params.threads, 1, 1), args)]
+    if affine:
+        steps.append(Launch("kf_group_finish", (math.ceil(C / FINISH_THREADS), 1, 1), (FINISH_THREADS, 1, 1),
+                            (Buf("workspace"), Buf(dgamma), Buf(dbeta), I32(N), I32(C))))
+    return LaunchPlan(tuple(steps), 4 * 2 * N * C if affine else 0)
 
 
 def _workspace_floats(problem: GroupNormProblem, geo: Geometry, params: Any) -> tuple[int, int]:
@@ -348,7 +371,7 @@ class GroupNormBwd:
         if problem.layout is Layout.NGCHW and problem.spatial % params.vector:
             return f"vector width {params.vector} needs the spatial size divisible by it (S={problem.spatial})"
         if family == "group":
-            return _group_why_not(problem)
+            return _group_why_not(params, problem)
         geo = geometry(params, problem)
         if _workspace_floats(problem, geo, params)[1] > INT32_LIMIT:
             return "the per-split sums need a workspace of 2**31 floats or more"
@@ -473,18 +496,20 @@ class GroupNormBwd:
         return values
 
     def traffic(self, problem: GroupNormProblem) -> tuple[int, int]:
-        """(bytes of a two-pass scheme: x and dy read twice, dx written once, plus the small tensors;
+        """(bytes: x and dy read once, dx written once, plus the small tensors;
         multiply-adds: two per element in the sums, two in dx)."""
         t = problem.dtype.tensor.nbytes
         small = 2 * problem.N * problem.G * 4 + (3 * problem.C * t if problem.affine else 0)
-        return 5 * problem.numel * t + small, 4 * problem.numel
+        return 3 * problem.numel * t + small, 4 * problem.numel
 
     def heuristic_score(self, family: str, params: Any, problem: GroupNormProblem) -> float:
         """Higher is better: a rough prior used when a problem is untuned."""
         if family == "group":  # small problems: one launch beats three; large ones need the whole GPU
             load_bytes = params.vector * problem.dtype.tensor.nbytes
-            small = problem.numel * problem.dtype.tensor.nbytes <= GROUP_SMALL_BYTES and problem.G >= 16
-            return (4.0 if small else 0.0) + math.log2(load_bytes) * 0.3 - 0.05 * abs(math.log2(params.threads / 512))
+            small = problem.numel * problem.dtype.tensor.nbytes <= GROUP_SMALL_BYTES
+            spread = 0.2 if (params.span is Span.PER_SAMPLE) == (problem.N > 1) else 0.0  # more blocks
+            return ((4.0 if small else 0.0) + spread + math.log2(load_bytes) * 0.3
+                    - 0.05 * abs(math.log2(params.threads / 512)))
         geo = geometry(params, problem)
         fill = min(geo.blocks * geo.lanes * geo.rows / RESIDENT_THREADS, 1.0)
         load_bytes = params.vector * problem.dtype.tensor.nbytes

@@ -23,7 +23,7 @@ from factory.cli import main as cli_main
 from factory.codegen import render
 from factory.ops.base import Launch, Memset, Role
 from factory.ops.groupnorm_bwd import (
-    CELLS, SOLVER, Finish, GroupNormProblem, Span, geometry, parse_groupnorm_problem,
+    CELLS, SOLVER, Finish, GroupNormProblem, Span, geometry, group_segments, parse_groupnorm_problem,
 )
 from factory.problem import DType, InvalidProblem, Layout, Op, ProblemSyntaxError, UnsupportedProblem
 from factory.selector import check_supported, explain, heuristic_pick, lookup
@@ -209,6 +209,10 @@ def test_launch_plans_per_family():
         per_sample = inst.params.span is Span.PER_SAMPLE
         assert plan.workspace_bytes == (4 * 2 * small.N * small.C if per_sample else 0)
         assert plan.steps[0].grid == ((small.N if per_sample else 1) * small.G, 1, 1)
+        segs, seg_len = group_segments(inst.params, small)
+        rows = small.per_group * (1 if per_sample else small.N)
+        assert segs * seg_len >= small.spatial > (segs - 1) * seg_len and seg_len % (32 * inst.params.vector) == 0
+        assert rows * segs <= max(rows, inst.params.threads // 32)  # the block's segment sums fit
     assert entries[("group", Span.PER_GROUP)] == {("kf_group",)}
     assert entries[("group", Span.PER_SAMPLE)] == {("kf_group", "kf_group_finish")}
     plain = dataclasses.replace(p, affine=False)

@@ -318,6 +318,16 @@ def _group_why_not(params: GroupParams, problem: GroupNormProblem) -> str | None
     return None
 
 
+def group_segments(params: GroupParams, problem: GroupNormProblem) -> tuple[int, int]:
+    """(segments per row, elements per segment): a block with fewer rows than warps cuts each row into
+    segments so that every warp streams; segments are whole multiples of a warp's 32 vector loads."""
+    rows = problem.per_group * (1 if params.span is Span.PER_SAMPLE else problem.N)
+    S, step = problem.spatial, 32 * params.vector
+    wanted = max(1, (params.threads // 32) // rows)
+    seg_len = step * math.ceil(math.ceil(S / wanted) / step)
+    return math.ceil(S / seg_len), seg_len
+
+
 def _group_plan(params: GroupParams, problem: GroupNormProblem) -> LaunchPlan:
     """G blocks (per group) or N*G blocks and a finishing launch over the channels (per sample).
 
@@ -325,9 +335,10 @@ def _group_plan(params: GroupParams, problem: GroupNormProblem) -> LaunchPlan:
     N, C, G = problem.N, problem.C, problem.G
     affine = problem.affine
     gamma, dgamma, dbeta = ("gamma", "dgamma", "dbeta") if affine else ("x", "dx", "dx")
+    segs, seg_len = group_segments(params, problem)
     args = (Buf("x"), Buf("dy"), Buf("mean"), Buf("rstd"), Buf(gamma), Buf("dx"), Buf(dgamma), Buf(dbeta),
             Buf("workspace"), *(I32(v) for v in (N, C, G, problem.per_group, problem.spatial, int(affine))),
-            F32(1.0 / (problem.per_group * problem.spatial)))
+            F32(1.0 / (problem.per_group * problem.spatial)), I32(segs), I32(seg_len))
     if params.span is Span.PER_GROUP:
         return LaunchPlan((Launch("kf_group", (G, 1, 1), (params.threads, 1, 1), args),), 0)
     steps = [Launch("kf_group", (N * G, 1, 1), (params.threads, 1, 1), args)]

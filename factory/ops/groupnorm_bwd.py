@@ -12,7 +12,7 @@ This is PyTorch's formula (aten native_group_norm_backward) for any given mean a
 sum_{g}(x - mean) term is zero at the forward's own statistics and is left out. The kernels sum A
 centred (dy*(x - mean), not dy*x - mean*dy) so A keeps its digits when |mean| >> std.
 
-Two kernel families, both reading the forward's fp32 statistics and accumulating in fp32:
+Three kernel families, all reading the forward's fp32 statistics and accumulating in fp32:
 - `threepass`: the classic scheme: per-channel sums (dgamma, dbeta), per-(n, g) sums, then dx, each pass
   reading x and dy: 7 tensor-sized transfers. Portable and simple.
 - `fused`: one read of x and dy produces per-(n, c) sums A, B, from which both dgamma/dbeta and the
@@ -219,8 +219,8 @@ class Span(enum.Enum):
 
 @dataclass(frozen=True)
 class GroupParams:
-    """Blocks of `threads` owning `span`, each warp streaming whole rows with `unroll` loads of `vector`
-    elements per tensor in flight per lane."""
+    """Blocks of `threads` owning `span`, each warp streaming row segments (`group_segments`) with
+    `unroll` loads of `vector` elements per tensor in flight per lane."""
 
     threads: int
     vector: int
@@ -250,7 +250,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "fused": FamilySpec("fused", "groupnorm_bwd/fused.hip.j2", FusedParams,
                         "per-(n, c) sums in one read of x and dy, then dx: two reads"),
     "group": FamilySpec("group", "groupnorm_bwd/group.hip.j2", GroupParams,
-                        "one launch, one block per group: sums, dgamma/dbeta, then dx from cache (NGCHW)"),
+                        "a block per group or per (n, g): sums, then dx from cache; no memset (NGCHW, small)"),
 }
 
 LAYOUTS = (Layout.NGCHW, Layout.NHWGC)

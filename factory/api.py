@@ -23,6 +23,7 @@ from .backends import Backend, get_backend
 from .catalog import Instance
 from .codegen import render
 from .compile_cache import CompileJob, compile_cached
+from .device import target_for
 from .executor import LoadedBinary, PreparedPlan
 from .ops import solver_for
 from .ops.base import TensorSpec
@@ -69,7 +70,7 @@ def tune_problem(
     backend = backend or get_backend()
     db = db or TuningDB()
     device = backend.device_info()
-    candidates = lookup(problem)
+    candidates = lookup(problem, target=target_for(device))
     if not candidates:
         raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
     names = frozenset(c.name for c in candidates)
@@ -114,16 +115,17 @@ def select(
     """
     mode = SelectMode(mode)
     backend = backend or get_backend()
+    target = target_for(backend.device_info())
     if mode is SelectMode.FORCE:
         if instance is None:
             raise ValueError("mode force needs instance=<name>")
-        return Kernel(forced(problem, instance), problem, backend)
-    candidates = lookup(problem)
+        return Kernel(forced(problem, instance, target), problem, backend)
+    candidates = lookup(problem, target=target)
     if mode is SelectMode.HEURISTIC:
-        return Kernel(heuristic_pick(problem, candidates), problem, backend)
+        return Kernel(heuristic_pick(problem, candidates, target), problem, backend)
     db = db or TuningDB()
     by_name = {c.name: c for c in candidates}
-    choice = stored_choice(problem, db.lookup(problem.key, backend.device_info()), candidates)
+    choice = stored_choice(problem, db.lookup(problem.key, backend.device_info()), candidates, target)
     if choice.instance is not None:
         return Kernel(choice.instance, problem, backend)
     if mode is SelectMode.DB:
@@ -134,7 +136,7 @@ def select(
         if outcome.winner is None or outcome.winner.instance not in by_name:
             raise NotTuned(f"tuning found no verified instance for {problem.key}")
         return Kernel(by_name[outcome.winner.instance], problem, backend)
-    return Kernel(heuristic_pick(problem, candidates), problem, backend)
+    return Kernel(heuristic_pick(problem, candidates, target), problem, backend)
 
 
 class Kernel:
@@ -146,7 +148,8 @@ class Kernel:
         self.backend = backend
         self._solver = solver_for(problem.op)
         self.specs: dict[str, TensorSpec] = {s.name: s for s in self._solver.tensors(problem)}
-        self.plan = self._solver.launch_plan(instance.family, instance.params, problem)
+        self.target = target_for(backend.device_info())
+        self.plan = self._solver.launch_plan(instance.family, instance.params, problem, self.target)
         arch = backend.device_info().arch
         outcome = compile_cached(backend.kind, CompileJob(instance.name, render(instance), arch))
         if outcome.binary is None:
@@ -203,11 +206,9 @@ class Kernel:
     def _accepted_layouts(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         spec = self.specs[name]
         accepted = [(spec.shape, _contiguous_strides(spec.shape))]
-        view = getattr(self._solver, "framework_view", None)
-        if view is not None:
-            alt = view(self.problem, name)
-            if alt is not None:
-                accepted.append(alt)
+        alt = self._solver.framework_view(self.problem, name)
+        if alt is not None:
+            accepted.append(alt)
         return accepted
 
     def _checked_pointers(self, tensors: Mapping[str, Any]) -> dict[str, int]:

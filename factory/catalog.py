@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from .device import DEFAULT_TARGET, DeviceTarget
 from .ops import solver_for
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op
 from .resources import instances_dir
@@ -40,7 +41,7 @@ class Instance:
 
     @property
     def template(self) -> str:
-        return solver_for(self.op).families[self.family].template
+        return solver_for(self.op).family(self.family).template
 
     def params_dict(self) -> dict[str, Any]:
         return {
@@ -50,8 +51,8 @@ class Instance:
     def cell_matches(self, problem: ConvProblem) -> bool:
         return (self.op, self.layout, self.dtype, self.ndim) == (problem.op, problem.layout, problem.dtype, problem.ndim)
 
-    def why_not(self, problem: ConvProblem) -> str | None:
-        """None when this instance computes `problem`; otherwise why not, in words."""
+    def why_not(self, problem: ConvProblem, target: DeviceTarget = DEFAULT_TARGET) -> str | None:
+        """None when this instance computes `problem` on `target`; otherwise why not, in words."""
         if self.op is not problem.op:
             return f"instance is for {self.op.value}"
         for what, mine, theirs in (
@@ -61,10 +62,14 @@ class Instance:
         ):
             if mine != theirs:
                 return f"{what} is {mine}, problem is {theirs}"
-        return solver_for(self.op).why_not(self.family, self.params, problem)
+        return solver_for(self.op).why_not(self.family, self.params, problem, target)
 
-    def is_applicable(self, problem: ConvProblem) -> bool:
-        return self.why_not(problem) is None
+    def why_not_on(self, target: DeviceTarget) -> str | None:
+        """None when this instance can run on `target` at all (its matrix instructions exist there)."""
+        return solver_for(self.op).family(self.family).why_not_on(self.params, target)
+
+    def is_applicable(self, problem: ConvProblem, target: DeviceTarget = DEFAULT_TARGET) -> bool:
+        return self.why_not(problem, target) is None
 
 
 def _expand_point(point: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -128,10 +133,10 @@ def load_catalog_file(path: Path) -> list[Instance]:
         dtypes = [DType.parse(x) for x in data["dtypes"]]
     except KernelFactoryError as exc:
         raise CatalogError(f"{path.name}: {exc}") from None
-    family = data["family"]
-    if family not in solver.families:
-        raise CatalogError(f"{path.name}: unknown family {family!r} for {op.value}")
-    spec = solver.families[family]
+    try:
+        family = solver.family(data["family"])
+    except KernelFactoryError as exc:
+        raise CatalogError(f"{path.name}: {exc}") from None
     ndims = list(data["ndims"])
     if any(n not in (1, 2, 3) or isinstance(n, bool) for n in ndims):
         raise CatalogError(f"{path.name}: ndims must be 1, 2 or 3, got {ndims}")
@@ -140,13 +145,13 @@ def load_catalog_file(path: Path) -> list[Instance]:
         for raw in _expand_point(point):
             if raw.get("split_k") == 1:
                 raw["reduction"] = "direct"
-            params = _build_params(spec.params_type, raw, f"{path.name} point {index}")
+            params = _build_params(family.params_type, raw, f"{path.name} point {index}")
             for layout, dtype, ndim in itertools.product(layouts, dtypes, ndims):
-                if (layout, dtype, ndim) not in solver.supported_cells(family):
+                if (layout, dtype, ndim) not in family.supported_cells():
                     continue
-                if not solver.cell_allows(family, params, layout, dtype, ndim):
+                if not family.cell_allows(params, layout, dtype, ndim):
                     continue
-                inst = Instance(op, family, layout, dtype, ndim, params)
+                inst = Instance(op, family.name, layout, dtype, ndim, params)
                 seen.setdefault(inst.name, inst)
     return list(seen.values())
 

@@ -21,6 +21,7 @@ from . import codegen
 from .backends import BackendError
 from .bench import add_bench_parser
 from .catalog import Instance, select_instances
+from .device import DEFAULT_TARGET, TARGETS, target_for, target_named
 from .ops import SOLVERS, solver_for
 from .problem import DType, KernelFactoryError, Layout, Op
 from .selector import check_supported, explain, heuristic_pick, lookup
@@ -64,6 +65,11 @@ def _add_config(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--dtype", type=_enum_arg(DType.parse), required=required, help="fp16, bf16, bf16_fp32w, fp32, int8")
 
 
+def _add_target(p: argparse.ArgumentParser, text: str = "the GPU the instances are for (default sm_90, the H100)") -> None:
+    choices = ", ".join(TARGETS)
+    p.add_argument("--target", type=_enum_arg(target_named), default=DEFAULT_TARGET, help=f"{text}; one of {choices}")
+
+
 def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="tuning DB: SQLAlchemy URL or SQLite file (default: $KFACTORY_DB or the user data dir)")
 
@@ -95,9 +101,11 @@ def _progress() -> Progress:
 
 # --- generate -----------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
-    instances = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
+    matching = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
+    instances = [i for i in matching if i.why_not_on(args.target) is None]
     if not instances:
-        raise UsageError("no instances match those filters")
+        extra = f" that run on {args.target.arch}" if matching else ""
+        raise UsageError(f"no instances match those filters{extra}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = []
@@ -109,9 +117,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             path.write_text(source)
             manifest.append(_instance_record(inst) | {"file": path.name, "source_hash": codegen.source_hash(source)})
             progress.advance(task)
-    (out / "manifest.json").write_text(json.dumps({"op": args.op.value, "instances": manifest}, indent=2) + "\n")
+    (out / "manifest.json").write_text(
+        json.dumps({"op": args.op.value, "target": args.target.arch, "instances": manifest}, indent=2) + "\n")
     counts = collections.Counter((r["layout"], r["dtype"], r["ndim"]) for r in manifest)
-    table = Table(title=f"{len(manifest)} instances written to {out}")
+    skipped = len(matching) - len(instances)
+    note = f"; {skipped} left out: they cannot run on {args.target.arch}" if skipped else ""
+    table = Table(title=f"{len(manifest)} instances written to {out} (target {args.target.arch}{note})")
     for col in ("layout", "dtype", "ndim", "instances"):
         table.add_column(col)
     for (layout, dtype, ndim), n in sorted(counts.items()):
@@ -131,8 +142,8 @@ def _instance_record(inst: Instance) -> dict[str, Any]:
 def cmd_list(args: argparse.Namespace) -> int:
     if args.problem:
         problem = _problem(args)
-        applicable = lookup(problem)
-        rejected = explain(problem) if args.why else []
+        applicable = lookup(problem, target=args.target)
+        rejected = explain(problem, target=args.target) if args.why else []
         if args.json:
             _emit_json({
                 "problem": problem.key,
@@ -156,7 +167,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         _emit_json([_instance_record(i) for i in instances])
         return 0
     _print_instances(instances, f"{len(instances)} instances")
+    _print_families(args.op, {i.family for i in instances})
     return 0
+
+
+def _print_families(op: Op, names: set[str]) -> None:
+    """What each listed family is, so a name's family field explains itself."""
+    table = Table(title=f"{op.value} families")
+    table.add_column("family")
+    table.add_column("what it is")
+    for family in solver_for(op).family_list:
+        if family.name in names:
+            table.add_row(family.name, family.description)
+    console.print(table)
 
 
 def _print_instances(instances: Sequence[Instance], title: str) -> None:
@@ -250,11 +273,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         device_error = None
     except BackendError as exc:
         device, device_error = None, str(exc)
-    guess = heuristic_pick(problem)
+    guess = heuristic_pick(problem, target=target_for(device) if device is not None else args.target)
     result: dict[str, Any] = {"problem": problem.key, "heuristic": guess.name}
     winner = None
     if device is not None:
-        choice = stored_choice(problem, db.lookup(problem.key, device))
+        choice = stored_choice(problem, db.lookup(problem.key, device), target=target_for(device))
         winner = choice.winner
         refusals = [_refusal_record(r) for r in choice.refusals]
         lines = [r.line() for r in choice.refusals]
@@ -374,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ndim", type=int, choices=(1, 2, 3))
     gen.add_argument("--family", help="kernel family (e.g. dl, dw)")
     gen.add_argument("--out", default="build/instances", help="output directory (default build/instances)")
+    _add_target(gen)
     gen.set_defaults(func=cmd_generate)
 
     lst = sub.add_parser("list", help="instances that support a configuration or problem")
@@ -383,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--problem", help='e.g. "N=32,G=32,C=4,K=4,input=56x56,filter=3x3,stride=1,pad=1,dilation=1"')
     lst.add_argument("--why", action="store_true", help="say why the other instances do not apply")
     lst.add_argument("--json", action="store_true")
+    _add_target(lst)
     lst.set_defaults(func=cmd_list)
 
     for name, func, text in (("tune", cmd_tune, "benchmark and verify every applicable instance on this GPU; store the winner"),
@@ -392,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--problem", required=True)
         _add_db(p)
         p.add_argument("--json", action="store_true")
+        if name == "query":
+            _add_target(p, "target the heuristic's pick is for when no GPU is present (default sm_90)")
         if name == "tune":
             p.add_argument("--reps", type=int, default=25, help="timed repetitions per candidate (>= 20 recommended)")
             p.add_argument("--fresh", action="store_true",

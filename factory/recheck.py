@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from .api import tune_problem
 from .backends import Backend
+from .device import target_for
 from .selector import Refusal, UnreadableKey, catalog_refusal, device_refusals, lookup, problem_from_key
 from .tuner import Progress, TuneSettings, tune
 from tuning_db import Measurement, TuningDB, Winner
@@ -81,9 +82,9 @@ def recheck_winners(
             results.append(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
                                    unreadable=str(exc)))
             continue
-        candidates = {c.name: c for c in lookup(problem)}
+        candidates = {c.name: c for c in lookup(problem, target=target_for(device))}
         refusals = device_refusals(winner, mismatches(winner.device, device))
-        gone = catalog_refusal(problem, winner, candidates)
+        gone = catalog_refusal(problem, winner, candidates, target_for(device))
         if gone is not None:
             refusals.append(gone)
         if refusals:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from .device import DEFAULT_TARGET, DeviceTarget
 from .catalog import CatalogError, Instance, all_instances, instance_by_name
 from .ops import solver_for
 from .problem import DType, KernelFactoryError, Layout, Op, UnsupportedProblem, supported_cells_text
@@ -72,19 +73,21 @@ class Rejection:
     reason: str
 
 
-def lookup(problem: Any, instances: Sequence[Instance] | None = None) -> list[Instance]:
-    """Every catalog instance that computes `problem`. Raises UnsupportedProblem if its cell has none."""
+def lookup(problem: Any, instances: Sequence[Instance] | None = None,
+           target: DeviceTarget = DEFAULT_TARGET) -> list[Instance]:
+    """Every catalog instance that computes `problem` on `target`. Raises UnsupportedProblem if its cell has none."""
     check_supported(problem)
-    return [i for i in (instances or all_instances()) if i.is_applicable(problem)]
+    return [i for i in (instances or all_instances()) if i.is_applicable(problem, target)]
 
 
-def explain(problem: Any, instances: Sequence[Instance] | None = None) -> list[Rejection]:
-    """Why each instance of the op does not compute `problem` (those that do are left out)."""
+def explain(problem: Any, instances: Sequence[Instance] | None = None,
+            target: DeviceTarget = DEFAULT_TARGET) -> list[Rejection]:
+    """Why each instance of the op does not compute `problem` on `target` (those that do are left out)."""
     result = []
     for inst in instances or all_instances():
         if inst.op is not problem.op:
             continue
-        reason = inst.why_not(problem)
+        reason = inst.why_not(problem, target)
         if reason is not None:
             result.append(Rejection(inst, reason))
     return result
@@ -100,21 +103,22 @@ def check_supported(problem: Any) -> None:
         )
 
 
-def heuristic_pick(problem: Any, candidates: Sequence[Instance] | None = None) -> Instance:
-    """The applicable instance the op's prior ranks first (used when a problem is untuned)."""
-    candidates = list(candidates) if candidates is not None else lookup(problem)
+def heuristic_pick(problem: Any, candidates: Sequence[Instance] | None = None,
+                   target: DeviceTarget = DEFAULT_TARGET) -> Instance:
+    """The applicable instance the op's prior ranks first on `target` (used when a problem is untuned)."""
+    candidates = list(candidates) if candidates is not None else lookup(problem, target=target)
     if not candidates:
         raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
     solver = solver_for(problem.op)
-    return max(candidates, key=lambda i: (solver.heuristic_score(i.family, i.params, problem), i.name))
+    return max(candidates, key=lambda i: (solver.heuristic_score(i.family, i.params, problem, target), i.name))
 
 
-def forced(problem: Any, name: str) -> Instance:
+def forced(problem: Any, name: str, target: DeviceTarget = DEFAULT_TARGET) -> Instance:
     try:
         inst = instance_by_name(name)
     except CatalogError as exc:
         raise UnsupportedProblem(str(exc)) from None
-    reason = inst.why_not(problem)
+    reason = inst.why_not(problem, target)
     if reason is not None:
         raise UnsupportedProblem(f"{name} does not compute this problem: {reason}")
     return inst
@@ -127,7 +131,8 @@ def device_refusals(winner: Winner, mismatches: Sequence[Mismatch]) -> list[Refu
     ]
 
 
-def catalog_refusal(problem: Any, winner: Winner, candidates: Mapping[str, Instance]) -> Refusal | None:
+def catalog_refusal(problem: Any, winner: Winner, candidates: Mapping[str, Instance],
+                    target: DeviceTarget = DEFAULT_TARGET) -> Refusal | None:
     """None when the winner's instance is one of `candidates` (lookup(problem)); else why not."""
     if winner.instance in candidates:
         return None
@@ -135,27 +140,28 @@ def catalog_refusal(problem: Any, winner: Winner, candidates: Mapping[str, Insta
         inst = instance_by_name(winner.instance)
     except CatalogError:
         return Refusal(winner.instance, winner.median_us, Refused.NOT_IN_CATALOG, "its instance is no longer in the catalog")
-    reason = inst.why_not(problem) or "not among the instances lookup() returns"
+    reason = inst.why_not(problem, target) or "not among the instances lookup() returns"
     return Refusal(winner.instance, winner.median_us, Refused.NOT_APPLICABLE,
                    f"its instance no longer applies to this problem: {reason}")
 
 
-def stored_choice(problem: Any, found: WinnerLookup, candidates: Sequence[Instance] | None = None) -> StoredChoice:
+def stored_choice(problem: Any, found: WinnerLookup, candidates: Sequence[Instance] | None = None,
+                  target: DeviceTarget = DEFAULT_TARGET) -> StoredChoice:
     """The DB's servable winner for `problem` (from `found`, a lookup on this device), or why none is.
 
     A winner is served only when it was recorded on this exact device (backend, arch, name, SM
     count, driver, compiler) and its instance still exists and still computes the problem.
     """
-    by_name = {c.name: c for c in (candidates if candidates is not None else lookup(problem))}
+    by_name = {c.name: c for c in (candidates if candidates is not None else lookup(problem, target=target))}
     refusals: list[Refusal] = []
     for refused in found.refused:
         refusals += device_refusals(refused.winner, refused.mismatches)
-        gone = catalog_refusal(problem, refused.winner, by_name)
+        gone = catalog_refusal(problem, refused.winner, by_name, target)
         if gone is not None:
             refusals.append(gone)
     winner = found.winner
     if winner is not None:
-        gone = catalog_refusal(problem, winner, by_name)
+        gone = catalog_refusal(problem, winner, by_name, target)
         if gone is not None:
             refusals.insert(0, gone)
             winner = None

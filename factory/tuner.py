@@ -31,6 +31,7 @@ from .catalog import Instance
 from .codegen import render
 from .compile_cache import CompileJob, compile_many
 from .executor import LoadedBinary, PreparedPlan
+from .device import DeviceTarget, target_for
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
 from .verify import reference_outputs, verify
@@ -176,9 +177,9 @@ def make_host_inputs(specs: Sequence[TensorSpec], rng: np.random.Generator) -> d
 
 
 def problem_inputs(solver: Any, problem: Any, specs: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Host inputs in storage types: the solver's own `random_inputs` when it has one, else uniform."""
-    custom = getattr(solver, "random_inputs", None)
-    return custom(problem, rng) if custom is not None else make_host_inputs(specs, rng)
+    """Host inputs in storage types: the op's own `random_inputs` when it draws them, else uniform."""
+    custom = solver.random_inputs(problem, rng)
+    return custom if custom is not None else make_host_inputs(specs, rng)
 
 
 def tune(
@@ -221,7 +222,7 @@ def tune(
     ref, abs_ref = reference_outputs(solver, problem, values)
     min_bytes, macs = solver.traffic(problem)
 
-    bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs)
+    bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
     if progress.on_stage:
         progress.on_stage("benchmark", len(todo))
     with _runner(backend, bench, progress) as runner:
@@ -250,6 +251,7 @@ class Bench:
     settings: TuneSettings
     min_bytes: int
     macs: int
+    target: DeviceTarget  # the device the launch plans are laid out for
 
     @property
     def tensor_bytes(self) -> int:
@@ -363,7 +365,7 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
     solver, problem, settings = bench.solver, bench.problem, bench.settings
     try:
         loaded = LoadedBinary(backend, binary, {})
-        plan = solver.launch_plan(cand.family, cand.params, problem)
+        plan = solver.launch_plan(cand.family, cand.params, problem, bench.target)
         tensors.ensure_workspace(plan.workspace_bytes)
         outputs = [s for s in tensors.specs.values() if s.role is Role.OUTPUT]
         for spec in outputs:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .ops.base import OpSolver, Role
+from .ops.base import OpModule, Role
 
 
 @dataclass(frozen=True)
@@ -26,18 +26,18 @@ class Verdict:
     message: str
 
 
-def reference_outputs(solver: OpSolver, problem: Any, values: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
+def reference_outputs(solver: OpModule, problem: Any, values: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
     """(reference, scale of the terms) for every output tensor."""
     ref = solver.reference(problem, values)
-    error_scale = getattr(solver, "error_scale", None)
-    if error_scale is not None:
-        return ref, error_scale(problem, values)
+    scale = solver.error_scale(problem, values)
+    if scale is not None:
+        return ref, scale
     abs_ref = solver.reference(problem, {k: np.abs(v) for k, v in values.items()})
     return ref, abs_ref
 
 
 def verify(
-    solver: OpSolver,
+    solver: OpModule,
     problem: Any,
     outputs: Mapping[str, np.ndarray],
     ref: Mapping[str, np.ndarray],

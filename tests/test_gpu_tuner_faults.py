@@ -2,7 +2,7 @@
 
 The faulty kernels are a test-only family, `faulty`, on conv_bwd_weight's problem and tensors: the
 template is tests/data/faulty/faulty.hip.j2, the instances are built here, and FaultySolver (the
-conv_bwd_weight solver plus launch plans for this family) is handed to the tuner by patching its
+conv_bwd_weight op with this family added to its list) is handed to the tuner by patching its
 solver lookup and renderer for the duration of a test. Production code does not know the family.
 
 Run on a GPU machine:  .venv/bin/python -m pytest -m gpu -s -v tests/test_gpu_tuner_faults.py
@@ -27,7 +27,8 @@ from factory.backends import BackendKind
 from factory.catalog import Instance
 from factory.codegen import render as real_render
 from factory.ops import solver_for
-from factory.ops.base import Buf, Launch, LaunchPlan, Memset
+from factory.device import DeviceTarget
+from factory.ops.base import Buf, Family, Launch, LaunchPlan, Memset
 from factory.ops.conv_bwd_weight import ConvBwdWeight
 from factory.problem import DType, Layout, Op, parse_conv_problem
 from factory.selector import lookup
@@ -59,12 +60,27 @@ class FaultyParams:
         return {"fault": self.fault.value}
 
 
-class FaultySolver(ConvBwdWeight):
-    """conv_bwd_weight's solver (tensors, reference, tolerance), plus plans for the `faulty` family."""
+class Faulty(Family):
+    """The test-only family: its kernels read out of bounds or spin until stopped."""
 
-    def launch_plan(self, family: str, params: Any, problem: Any) -> LaunchPlan:
-        if family != FAMILY:
-            return super().launch_plan(family, params, problem)
+    name = FAMILY
+    template = "faulty.hip.j2"  # under tests/data/faulty, rendered by render_faulty
+    params_type = FaultyParams
+    description = "test-only: kernels that fault or hang"
+
+    def supported_cells(self) -> frozenset:
+        return solver_for(Op.CONV_BWD_WEIGHT).supported_cells()
+
+    def why_not(self, params: FaultyParams, problem: Any, target: DeviceTarget) -> str | None:
+        return None
+
+    def template_values(self, params: FaultyParams, layout: Any, dtype: Any, ndim: int) -> dict[str, Any]:
+        return params.template_values()
+
+    def heuristic_score(self, params: FaultyParams, problem: Any, target: DeviceTarget) -> float:
+        return 0.0
+
+    def launch_plan(self, params: FaultyParams, problem: Any, target: DeviceTarget) -> LaunchPlan:
         if params.fault is Fault.OOB:
             return LaunchPlan((Launch("kf_main", (8, 1, 1), (128, 1, 1), (Buf("grad_weight"), Buf("grad_weight"))),))
         # The flag lives in the workspace; the plan zeroes it right before the kernel spins on it.
@@ -72,6 +88,12 @@ class FaultySolver(ConvBwdWeight):
             (Memset("workspace", 4, 0), Launch("kf_main", (1, 1, 1), (32, 1, 1), (Buf("grad_weight"), Buf("workspace")))),
             workspace_bytes=4,
         )
+
+
+class FaultySolver(ConvBwdWeight):
+    """conv_bwd_weight (tensors, reference, tolerance, its families) plus the `faulty` family."""
+
+    family_list = ConvBwdWeight.family_list + (Faulty(),)
 
 
 FAULTY_SOLVER = FaultySolver()

@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from factory.ops import conv_layouts as cl
+from factory.ops.conv import layouts as cl
 from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import ConvProblem, DType, Layout
 

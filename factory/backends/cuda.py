@@ -197,6 +197,7 @@ class CudaBackend:
         self._context = _check(driver.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
         self._make_current()
         self._info: DeviceInfo | None = None
+        self._optin_shared: int | None = None  # the device's per-block shared-memory limit once raised
 
     def _make_current(self) -> None:
         _check(self._driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
@@ -237,7 +238,21 @@ class CudaBackend:
         self._make_current()
         module = _check(self._driver.cuModuleLoadData(binary), "cuModuleLoadData")
         function = _check(self._driver.cuModuleGetFunction(module, kernel_name.encode()), "cuModuleGetFunction")
+        self._allow_optin_shared(function)
         return CudaKernel(kernel_name, module, function, int(function))
+
+    def _allow_optin_shared(self, function: Any) -> None:
+        """Raise the kernel's dynamic shared-memory cap from the 48 KiB default to what the device allows
+        a block (227 KiB on Hopper) less the kernel's static shared memory; launches still ask per call."""
+        d = self._driver
+        if self._optin_shared is None:
+            self._optin_shared = self._attr(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        attrs = d.CUfunction_attribute
+        static = int(_check(d.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function), "cuFuncGetAttribute"))
+        room = self._optin_shared - static
+        if room > 0:
+            _check(d.cuFuncSetAttribute(function, attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, room),
+                   "cuFuncSetAttribute")
 
     def launch(
         self,

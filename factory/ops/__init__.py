@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from ..problem import Op, UnsupportedProblem
-from .base import OpSolver
+from .base import OpModule
 from .conv_bwd_weight import SOLVER as _CONV_BWD_WEIGHT
 from .groupnorm_bwd import SOLVER as _GROUPNORM_BWD
 
-SOLVERS: dict[Op, OpSolver] = {
+SOLVERS: dict[Op, OpModule] = {
     Op.CONV_BWD_WEIGHT: _CONV_BWD_WEIGHT,
     Op.GROUPNORM_BWD: _GROUPNORM_BWD,
 }
 
 
-def solver_for(op: Op) -> OpSolver:
+def solver_for(op: Op) -> OpModule:
     try:
         return SOLVERS[op]
     except KeyError:

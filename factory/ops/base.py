@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, Union
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, Union
 
 import numpy as np
 
-from ..problem import DType, Layout, Op, Scalar
+from ..device import DEFAULT_TARGET, DeviceTarget, MatrixUnit
+from ..problem import DType, KernelFactoryError, Layout, Op, Scalar
 
 
 class Role(enum.Enum):
@@ -95,50 +97,153 @@ class Tolerance:
 
 
 class FamilyParams(Protocol):
-    """A kernel family's tuning point (a frozen dataclass)."""
+    """A kernel family's tuning point: a frozen dataclass whose suffix encodes every field."""
 
     def suffix(self) -> str: ...
 
     def template_values(self) -> Mapping[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class FamilySpec:
-    """How a kernel family of an op is named, rendered and checked."""
+class UnknownFamily(KernelFactoryError):
+    """A family name that no family of the op carries."""
+
+
+P = TypeVar("P")  # a family's params type
+Q = TypeVar("Q")  # an op's problem type
+
+
+class Family(ABC, Generic[P, Q]):
+    """One kernel family of one op: MIOpen's solver shape (IsApplicable / GetSolution / Search).
+
+    A family owns everything about its kernels: which tuning points exist (`params_type`, catalogs),
+    which (layout, dtype, rank) cells they serve, whether one computes a problem on a device
+    (`why_not`), how it launches (`launch_plan`), what the template sees (`template_values`) and how
+    promising it looks untuned (`heuristic_score`). Adding a family is one module, one template, one
+    catalog file.
+    """
 
     name: str
     template: str  # path under templates/
     params_type: type
     description: str
 
+    # --- what exists -----------------------------------------------------------------------------
+    @abstractmethod
+    def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
+        """The (layout, dtype, ndim) cells this family has kernels for."""
 
-class OpSolver(Protocol):
+    def cell_allows(self, params: P, layout: Layout, dtype: DType, ndim: int) -> bool:
+        """Whether a tuning point makes sense in a cell at all (catalog expansion drops the rest)."""
+        return True
+
+    def needs(self, params: P) -> frozenset[MatrixUnit]:
+        """Matrix instructions the instance is built on; a target without them cannot run it."""
+        return frozenset()
+
+    # --- applicability ---------------------------------------------------------------------------
+    def why_not_on(self, params: P, target: DeviceTarget) -> str | None:
+        """None when the instance can run on `target` at all, whatever the problem."""
+        missing = target.lacks(self.needs(params))
+        if missing:
+            names = ", ".join(sorted(m.value for m in missing))
+            return f"needs {names}, which target {target.arch} lacks"
+        return None
+
+    @abstractmethod
+    def why_not(self, params: P, problem: Q, target: DeviceTarget) -> str | None:
+        """None when the instance computes `problem` on `target`; otherwise the reason, in words."""
+
+    # --- the solution ----------------------------------------------------------------------------
+    @abstractmethod
+    def launch_plan(self, params: P, problem: Q, target: DeviceTarget) -> LaunchPlan: ...
+
+    @abstractmethod
+    def template_values(self, params: P, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def heuristic_score(self, params: P, problem: Q, target: DeviceTarget) -> float:
+        """Higher is better: the prior that ranks untuned candidates."""
+
+
+class OpModule(ABC, Generic[Q]):
+    """One op: its problem, tensors, numpy reference and PyTorch baseline, and its list of families.
+
+    Every hook the runtime calls is declared here; the defaults are what an op without the feature
+    means (no framework view, uniform random inputs, no PyTorch baseline). The family-level methods
+    (`why_not`, `launch_plan`, ...) forward to the named family, so the runtime keeps one entry point
+    per op; an unknown family name is an error.
+    """
+
     op: Op
+    family_list: tuple[Family, ...]
 
     @property
-    def families(self) -> Mapping[str, FamilySpec]: ...
+    def families(self) -> Mapping[str, Family]:
+        return {f.name: f for f in self.family_list}
 
-    def supported_cells(self, family: str | None = None) -> frozenset[tuple[Layout, DType, int]]: ...
+    def family(self, name: str) -> Family:
+        for f in self.family_list:
+            if f.name == name:
+                return f
+        known = ", ".join(f.name for f in self.family_list)
+        raise UnknownFamily(f"unknown family {name!r} for {self.op.value}; families: {known}")
 
-    def cell_allows(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> bool: ...
+    # --- problems --------------------------------------------------------------------------------
+    @abstractmethod
+    def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> Q: ...
 
-    def why_not(self, family: str, params: Any, problem: Any) -> str | None: ...
+    @abstractmethod
+    def tensors(self, problem: Q) -> Sequence[TensorSpec]: ...
 
-    def tensors(self, problem: Any) -> Sequence[TensorSpec]: ...
+    @abstractmethod
+    def reference(self, problem: Q, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The right answer in float64 (int64 for integer ops), physical layout."""
 
-    def launch_plan(self, family: str, params: Any, problem: Any) -> LaunchPlan: ...
+    def error_scale(self, problem: Q, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The magnitude each output's error is judged against; None: the reference of |inputs|."""
+        return None
 
-    def reference(self, problem: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
+    @abstractmethod
     def tolerance(self, dtype: DType) -> Tolerance: ...
 
-    def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> Any: ...
+    def random_inputs(self, problem: Q, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+        """Inputs in storage types for verification; None: uniform in [-1, 1) for every input."""
+        return None
 
-    def heuristic_score(self, family: str, params: Any, problem: Any) -> float: ...
-
-    def traffic(self, problem: Any) -> tuple[int, int]:
+    @abstractmethod
+    def traffic(self, problem: Q) -> tuple[int, int]:
         """(minimum DRAM bytes, multiply-accumulates) for roofline figures."""
-        ...
+
+    def framework_view(self, problem: Q, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """PyTorch's (shape, strides) of a tensor when its layout has one; None otherwise."""
+        return None
+
+    def torch_baseline(self, problem: Q, inputs: Mapping[str, Any]) -> "TorchBaseline | None":
+        """PyTorch's own implementation bound to `inputs` (what `kfactory bench` times); None: none."""
+        return None
+
+    # --- cells -----------------------------------------------------------------------------------
+    def supported_cells(self, family: str | None = None) -> frozenset[tuple[Layout, DType, int]]:
+        if family is not None:
+            return self.family(family).supported_cells()
+        return frozenset().union(*(f.supported_cells() for f in self.family_list))
+
+    # --- forwarded to the family -----------------------------------------------------------------
+    def cell_allows(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> bool:
+        return self.family(family).cell_allows(params, layout, dtype, ndim)
+
+    def why_not(self, family: str, params: Any, problem: Q, target: DeviceTarget = DEFAULT_TARGET) -> str | None:
+        fam = self.family(family)
+        return fam.why_not_on(params, target) or fam.why_not(params, problem, target)
+
+    def launch_plan(self, family: str, params: Any, problem: Q, target: DeviceTarget = DEFAULT_TARGET) -> LaunchPlan:
+        return self.family(family).launch_plan(params, problem, target)
+
+    def template_values(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
+        return self.family(family).template_values(params, layout, dtype, ndim)
+
+    def heuristic_score(self, family: str, params: Any, problem: Q, target: DeviceTarget = DEFAULT_TARGET) -> float:
+        return self.family(family).heuristic_score(params, problem, target)
 
 
 @dataclass(frozen=True)
@@ -156,7 +261,3 @@ class TorchBaseline:
     # narrower than ours, e.g. bf16 where we write fp32; the comparison then allows for it).
     outputs: Callable[[], dict[str, Any]]
     note: str = ""  # what differs from our run, e.g. the layout PyTorch was timed in
-
-
-class HasTorchBaseline(Protocol):
-    def torch_baseline(self, problem: Any, inputs: Mapping[str, Any]) -> TorchBaseline: ...

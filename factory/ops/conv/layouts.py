@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..problem import ConvProblem, Layout
+from ...problem import ConvProblem, Layout
 
 _SPATIAL_ACT = {1: "W", 2: "HW", 3: "DHW"}
 _SPATIAL_WEI = {1: "X", 2: "YX", 3: "ZYX"}

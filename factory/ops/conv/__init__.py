@@ -1,0 +1,160 @@
+"""What every convolution op shares: the problem parser, its tensors in each layout, PyTorch views of
+them, and the geometry arguments every conv kernel takes.
+
+A conv op (backward-weight, backward-data, the fused forward) names its three tensors and which
+convolution tensor each is (`ConvTensor`); shapes, strides, framework views and kernel arguments then
+follow from the problem's layout in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Mapping, Sequence
+
+from ...problem import ConvProblem, DType, Layout, Scalar, parse_conv_problem
+from ..base import I32, Buf, LaunchArg, OpModule, Role, TensorSpec
+from . import layouts as cl
+
+INT32_LIMIT = 2**31 - 1
+
+
+class ConvTensor(enum.Enum):
+    """The three tensors of a convolution, whatever an op calls them."""
+
+    ACTIVATION_IN = "C"  # (N, G, C, *input)
+    ACTIVATION_OUT = "K"  # (N, G, K, *output)
+    WEIGHT = "W"  # (G, K, C, *filter)
+
+
+def physical(problem: ConvProblem, which: ConvTensor) -> cl.PhysicalTensor:
+    if which is ConvTensor.WEIGHT:
+        return cl.weight(problem)
+    return cl.activation(problem, which.value)
+
+
+class ConvOp(OpModule[ConvProblem]):
+    """The conv part of an op module; a subclass says what its tensors are called and which is written.
+
+    `tensor_names` maps each of the op's tensor names to the convolution tensor it is, in kernel
+    argument order; `output_name` is the one the op writes.
+    """
+
+    tensor_names: Mapping[str, ConvTensor]
+    output_name: str
+
+    def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> ConvProblem:
+        return parse_conv_problem(spec, layout, dtype, self.op)
+
+    def scalar_of(self, problem: ConvProblem, name: str) -> Scalar:
+        """Storage type of a tensor: inputs in the tensor dtype, the written tensor in the weight dtype."""
+        return problem.dtype.weight if name == self.output_name else problem.dtype.tensor
+
+    def tensors(self, problem: ConvProblem) -> list[TensorSpec]:
+        specs = []
+        for name, which in self.tensor_names.items():
+            t = physical(problem, which)
+            role = Role.OUTPUT if name == self.output_name else Role.INPUT
+            specs.append(TensorSpec(name, t.shape, self.scalar_of(problem, name), role, t.dims))
+        return specs
+
+    def traffic(self, problem: ConvProblem) -> tuple[int, int]:
+        return problem.min_bytes, problem.macs
+
+    def framework_view(self, problem: ConvProblem, name: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """PyTorch's conv shape of a tensor ((N, G*C, *S) / (G*K, C, *F)) with this layout's strides.
+
+        None when the layout has no such view (groups and channels not adjacent, as in GNHWC).
+        """
+        which = self.tensor_names.get(name)
+        if which is None:
+            return None
+        t = physical(problem, which)
+        if which is ConvTensor.WEIGHT:
+            outer, inner, rest = "G", "K", "C" + "ZYX"[3 - problem.ndim :]
+        else:
+            outer, inner, rest = "G", which.value, "DHW"[3 - problem.ndim :]
+        s = t.strides()
+        if s[outer] != t.sizes[inner] * s[inner]:
+            return None
+        if which is ConvTensor.WEIGHT:
+            return (problem.G * problem.K, *(t.sizes[d] for d in rest)), (s["K"], *(s[d] for d in rest))
+        return ((problem.N, problem.G * t.sizes[inner], *(t.sizes[d] for d in rest)),
+                (s["N"], s[inner], *(s[d] for d in rest)))
+
+    # --- PyTorch -----------------------------------------------------------------------------------
+    def torch_problem(self, problem: ConvProblem) -> tuple[ConvProblem, str]:
+        """The problem PyTorch runs (ours, or an NHWGC copy where our layout has no PyTorch view) and a note."""
+        native = all(self.framework_view(problem, n) is not None for n in self.tensor_names)
+        if native:
+            return problem, ""
+        return (dataclasses.replace(problem, layout=Layout.NHWGC),
+                f"PyTorch timed on an NHWGC copy ({problem.layout.name} has no PyTorch layout)")
+
+    def as_framework(self, physical_tensor: Any, problem: ConvProblem, torch_problem: ConvProblem, name: str) -> Any:
+        """Our physical torch tensor, re-laid in torch_problem's layout, viewed in PyTorch's conv shape."""
+        which = self.tensor_names[name]
+        ours, theirs = physical(problem, which), physical(torch_problem, which)
+        if torch_problem is problem:
+            moved = physical_tensor
+        else:
+            logical = physical_tensor.permute([ours.dims.index(d) for d in ours.logical])
+            moved = logical.permute([theirs.logical.index(d) for d in theirs.dims]).contiguous()
+        shape, strides = self.framework_view(torch_problem, name)
+        return moved.as_strided(shape, strides)
+
+    def from_framework(self, result: Any, problem: ConvProblem, name: str) -> Any:
+        """A PyTorch result in conv shape, as a contiguous tensor in our physical layout."""
+        which = self.tensor_names[name]
+        t = physical(problem, which)
+        if which is ConvTensor.WEIGHT:
+            logical = result.reshape(problem.G, problem.K, problem.C, *problem.filter)
+        else:
+            channels = problem.C if which is ConvTensor.ACTIVATION_IN else problem.K
+            spatial = problem.input if which is ConvTensor.ACTIVATION_IN else problem.output
+            logical = result.reshape(problem.N, problem.G, channels, *spatial)
+        return logical.permute([t.logical.index(d) for d in t.dims]).contiguous()
+
+
+def kernel_args(tensor_names: Mapping[str, ConvTensor], problem: ConvProblem,
+                buffers: Mapping[str, str] | None = None) -> tuple[LaunchArg, ...]:
+    """Every conv kernel's leading arguments: its three tensors' pointers, then the geometry.
+
+    `buffers` redirects a tensor to another buffer (the written tensor to a workspace, say).
+    Order: pointers in `tensor_names` order; N, G, C, K; input, output and filter sizes, stride, pad
+    and dilation as (D, H, W); element strides of the input activation (N, G, C, D, H, W), of the
+    output activation (N, G, K, D, H, W) and of the weight (G, K, C, Z, Y, X).
+    """
+    buffers = buffers or {}
+    pointers = tuple(Buf(buffers.get(name, name)) for name in tensor_names)
+    return pointers + tuple(I32(v) for v in geometry_ints(problem))
+
+
+def geometry_ints(problem: ConvProblem) -> list[int]:
+    """The geometry part of the conv kernel arguments (see kernel_args)."""
+    act_in = cl.activation(problem, "C")
+    act_out = cl.activation(problem, "K")
+    wei = cl.weight(problem)
+    spatial = "DHW"
+    ints = [problem.N, problem.G, problem.C, problem.K]
+    ints += cl.pad_to_3d(problem.input, 1) + cl.pad_to_3d(problem.output, 1) + cl.pad_to_3d(problem.filter, 1)
+    ints += cl.pad_to_3d(problem.stride, 1) + cl.pad_to_3d(problem.pad, 0) + cl.pad_to_3d(problem.dilation, 1)
+    ints += cl.strides_3d(act_in, "NGC" + spatial)
+    ints += cl.strides_3d(act_out, "NGK" + spatial)
+    ints += cl.strides_3d(wei, "GKCZYX")
+    return ints
+
+
+def cpp_type(scalar: Scalar) -> str:
+    """The templates' spelling of a storage type."""
+    return {Scalar.F16: "f16_t", Scalar.BF16: "bf16_t", Scalar.F32: "float", Scalar.I8: "int8_t", Scalar.I32: "int"}[scalar]
+
+
+def too_large(problem: ConvProblem) -> str | None:
+    """Why 32-bit indexing kernels cannot take the problem, or None."""
+    if problem.element_count_max() > INT32_LIMIT:
+        return "a tensor has 2**31 elements or more; kernels index with 32-bit integers"
+    return None
+
+
+__all__: Sequence[str] = ("ConvOp", "ConvTensor", "cl", "cpp_type", "geometry_ints", "kernel_args", "physical", "too_large")

@@ -1,0 +1,85 @@
+"""Grouped N-D convolution backward-weight: dW[g] = dOut[g]^T * im2col(In[g]).
+
+The op: its tensors (input, grad_output -> grad_weight), numpy reference, tolerances and cuDNN
+baseline; the kernels are its families, one module each:
+- `dl`: portable implicit GEMM on plain FMA; every layout, dtype and rank; split-K.
+- `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane.
+- `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
+- `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...problem import ConvProblem, DType, Op, UnsupportedProblem
+from ..base import TorchBaseline, Tolerance
+from ..conv import ConvOp, physical
+from .common import OUTPUT, TENSORS, Reduction
+from .dl import Dl, DlParams
+from .dw import Dw, DwParams
+from .dwr import Dwr, DwrParams
+from .dwt import Dwt, DwtParams
+from .reference import reference_logical
+
+
+class ConvBwdWeight(ConvOp):
+    """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
+
+    op = Op.CONV_BWD_WEIGHT
+    family_list = (Dl(), Dw(), Dwt(), Dwr())
+    tensor_names = TENSORS
+    output_name = OUTPUT
+
+    def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """dW in float64 (int64 for int8), physical layout, from physical-layout inputs."""
+        x = physical(problem, TENSORS["input"]).to_logical(inputs["input"])
+        dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"])
+        acc = np.int64 if problem.dtype is DType.INT8 else np.float64
+        dw = reference_logical(problem, x.astype(acc), dy.astype(acc))
+        return {OUTPUT: physical(problem, TENSORS[OUTPUT]).from_logical(dw)}
+
+    def tolerance(self, dtype: DType) -> Tolerance:
+        # rtol bounds |out - ref| relative to sum |x*dy| (the dot products' own scale) plus output rounding.
+        return {
+            DType.FP32: Tolerance(rtol=1e-5, atol=0.0),
+            DType.BF16_FP32W: Tolerance(rtol=1e-5, atol=0.0),
+            DType.FP16: Tolerance(rtol=1e-5, atol=2.0**-10),
+            DType.BF16: Tolerance(rtol=1e-5, atol=2.0**-7),
+            DType.INT8: Tolerance(rtol=0.0, atol=0.0),
+        }[dtype]
+
+    def torch_baseline(self, problem: ConvProblem, inputs: Mapping[str, Any]) -> TorchBaseline:
+        """cuDNN's weight gradient (aten.convolution_backward, weight only) on the same values.
+
+        Layouts PyTorch has run on views of our own buffers (NHWGC as channels_last, NGCHW contiguous);
+        one it lacks (GNHWC) runs on an NHWGC copy, and the note says so. The caller sets cudnn flags.
+        """
+        import torch
+
+        if problem.dtype is DType.INT8:
+            raise UnsupportedProblem("PyTorch has no int8 convolution on the GPU")
+        theirs, note = self.torch_problem(problem)
+        x = self.as_framework(inputs["input"], problem, theirs, "input")
+        dy = self.as_framework(inputs["grad_output"], problem, theirs, "grad_output")
+        w = torch.zeros(physical(theirs, TENSORS[OUTPUT]).shape, dtype=inputs["input"].dtype,
+                        device=inputs["input"].device).as_strided(*self.framework_view(theirs, OUTPUT))
+        last: dict[str, Any] = {}
+
+        def run() -> None:
+            last["dw"] = torch.ops.aten.convolution_backward(
+                dy, x, w, None, list(problem.stride), list(problem.pad), list(problem.dilation),
+                False, [0] * problem.ndim, problem.G, [False, True, False],
+            )[1]
+
+        def outputs() -> dict[str, Any]:
+            return {OUTPUT: self.from_framework(last["dw"], problem, OUTPUT)}
+
+        return TorchBaseline(run, outputs, note)
+
+
+SOLVER = ConvBwdWeight()
+
+__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "reference_logical"]

@@ -1,0 +1,129 @@
+"""What the backward-weight families share: split-K reductions, block-shape checks, the plan around a
+main kernel (zeroing, workspace, the finishing kernel) and the values every template sees.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import abstractmethod
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, DType, Layout, Scalar
+from ..base import I32, Buf, Family, Launch, LaunchPlan, Memset
+from ..conv import ConvTensor, cpp_type, kernel_args, too_large
+from ..conv import layouts as cl
+
+GRID_Y_LIMIT = 65535
+ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DType for n in (1, 2, 3))
+UP_TO_2D = frozenset(cell for cell in ALL_CELLS if cell[2] in (1, 2))
+
+# The op's tensors in kernel-argument order, and the one it writes.
+TENSORS = {"input": ConvTensor.ACTIVATION_IN, "grad_output": ConvTensor.ACTIVATION_OUT, "grad_weight": ConvTensor.WEIGHT}
+OUTPUT = "grad_weight"
+
+
+class Reduction(enum.Enum):
+    """How split-K partial sums meet."""
+
+    DIRECT = "direct"  # no split: each block stores its final result
+    ATOMIC = "atomic"  # atomics into an accumulator buffer (the output itself when it is fp32/int32)
+    TWOSTAGE = "twostage"  # each split writes its partial to a workspace; a second kernel sums and converts
+
+    @property
+    def mode(self) -> int:
+        return {"direct": 0, "atomic": 1, "twostage": 2}[self.value]
+
+
+def check_split(split_k: int, reduction: Reduction) -> None:
+    if split_k < 1:
+        raise ValueError("split_k must be >= 1")
+    if (split_k == 1) != (reduction is Reduction.DIRECT):
+        raise ValueError("split_k 1 goes with the direct reduction, and only it")
+
+
+def check_lane_block(threads_lane: int, threads_pos: int, vector: int, split_k: int, reduction: Reduction) -> None:
+    """Block shapes the depthwise kernels' warp-level reductions assume (lanes fold within 32 threads)."""
+    check_split(split_k, reduction)
+    if threads_lane == 1 and (threads_pos % 64 or vector != 1):
+        raise ValueError("position-only blocks need threads_pos % 64 == 0 and vector 1")
+    if threads_lane not in (1, 2, 4, 8, 16, 32):
+        raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
+
+
+def reduction_length(problem: ConvProblem) -> int:
+    """Terms of each weight-gradient sum: N times the output positions."""
+    return problem.N * math.prod(problem.output)
+
+
+def fill_score(blocks: int, target: DeviceTarget) -> float:
+    """How well `blocks` fill the device: up to 1 at four blocks per processor, minus a penalty past 64."""
+    fill = min(blocks / (4 * target.processors), 1.0)
+    return fill - (0.5 if blocks > 64 * target.processors else 0.0)
+
+
+class BwdWeightFamily(Family[Any, ConvProblem]):
+    """A backward-weight family: the op-wide checks, template values and split-K plan around its main kernel."""
+
+    def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
+        return ALL_CELLS
+
+    def why_not(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        return too_large(problem) or self.why_not_here(params, problem, target)
+
+    @abstractmethod
+    def why_not_here(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        """The family's own reasons (the op-wide ones are checked first)."""
+
+    def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
+        values = dict(params.template_values())
+        values.update(
+            tin=cpp_type(dtype.tensor),
+            tw=cpp_type(dtype.weight),
+            acc="int" if dtype.accumulator is Scalar.I32 else "float",
+        )
+        return values | self.layout_values(layout)
+
+    def layout_values(self, layout: Layout) -> dict[str, Any]:
+        """Template values that depend on the layout (none unless a family says so)."""
+        return {}
+
+    @abstractmethod
+    def main_launch(self, params: Any, problem: ConvProblem, target: DeviceTarget, args: tuple, wei_numel: int) -> Launch:
+        """The family's kernel, given the leading conv arguments (written tensor redirected as needed)."""
+
+    def launch_plan(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        wei_numel = math.prod(problem.weight_shape_logical)
+        acc_bytes = 4
+        out_is_acc = problem.dtype.weight in (Scalar.F32, Scalar.I32)
+        red = params.reduction
+        splits = params.split_k
+        # Where the main kernel writes: the output itself, or an accumulator workspace.
+        if red is Reduction.DIRECT or (red is Reduction.ATOMIC and out_is_acc):
+            dst, workspace = OUTPUT, 0
+        elif red is Reduction.ATOMIC:
+            dst, workspace = "workspace", wei_numel * acc_bytes
+        else:
+            dst, workspace = "workspace", wei_numel * acc_bytes * splits
+        args = kernel_args(TENSORS, problem, {OUTPUT: dst})
+        steps: list = []
+        if red is Reduction.ATOMIC:
+            steps.append(Memset(dst, wei_numel * acc_bytes))
+        steps.append(self.main_launch(params, problem, target, args, wei_numel))
+        if dst == "workspace":
+            n_sum = splits if red is Reduction.TWOSTAGE else 1
+            steps.append(Launch("kf_finalize", (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1),
+                                (Buf("workspace"), Buf(OUTPUT), I32(wei_numel), I32(n_sum), I32(wei_numel))))
+        return LaunchPlan(tuple(steps), workspace)
+
+    def reduction_penalty(self, params: Any) -> float:
+        """The heuristic's small preference for one launch over a workspace and a finishing kernel."""
+        return 0.1 if params.reduction is Reduction.TWOSTAGE else 0.0
+
+
+def lanes_only_channels_last(params: Any, layout: Layout) -> bool:
+    """Whether wide loads / lane blocks fit the layout: they run along G and C, adjacent only in NHWGC."""
+    if params.vector > 1 and not cl.channel_innermost(layout):
+        return False
+    return not (params.threads_lane > 1 and layout is not Layout.NHWGC)

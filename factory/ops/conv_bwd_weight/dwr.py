@@ -1,0 +1,111 @@
+"""`dwr`: depthwise 1-D/2-D with the filter shape, stride and dilation compiled in; a thread's block of
+rows x segment outputs and the input window it reads live in registers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, Layout
+from ..base import I32, Launch
+from .common import GRID_Y_LIMIT, UP_TO_2D, Reduction, check_lane_block, lanes_only_channels_last
+from .dw import Dw, lane_blocks
+
+
+@dataclass(frozen=True)
+class DwrParams:
+    """Depthwise with register blocking: the filter shape, stride and dilation are compiled in."""
+
+    threads_lane: int
+    threads_pos: int
+    vector: int
+    segment: int  # output columns per thread
+    rows: int  # output rows per thread (1 for 1-D)
+    filter_h: int
+    filter_w: int
+    stride: int  # along H and W (1-D: W)
+    dilation: int
+    split_k: int  # blocks along (n, row block, segment) work items
+    reduction: Reduction
+    min_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        check_lane_block(self.threads_lane, self.threads_pos, self.vector, self.split_k, self.reduction)
+        if self.filter_h == 1 and self.rows != 1:
+            raise ValueError("1-D points (filter_h = 1) take rows = 1")
+
+    @property
+    def threads(self) -> int:
+        return self.threads_lane * self.threads_pos
+
+    def work_items(self, problem: ConvProblem) -> int:
+        rows = math.ceil(problem.output[-2] / self.rows) if problem.ndim == 2 else 1
+        return problem.N * rows * math.ceil(problem.output[-1] / self.segment)
+
+    def suffix(self) -> str:
+        return (
+            f"l{self.threads_lane}x{self.threads_pos}_v{self.vector}_b{self.rows}x{self.segment}"
+            f"_k{self.filter_h}x{self.filter_w}s{self.stride}d{self.dilation}_o{self.min_blocks}"
+            f"_sk{self.split_k}_{self.reduction.value}"
+        )
+
+    def template_values(self) -> dict[str, Any]:
+        two_d = self.filter_h > 1
+        return {
+            "threads_lane": self.threads_lane,
+            "threads_pos": self.threads_pos,
+            "vector": self.vector,
+            "segment": self.segment,
+            "rows": self.rows,
+            "filter_h": self.filter_h,
+            "filter_w": self.filter_w,
+            "stride": self.stride,
+            "stride_h": self.stride if two_d else 1,
+            "dilation": self.dilation,
+            "dilation_h": self.dilation if two_d else 1,
+            "min_blocks": self.min_blocks,
+            "reduce_mode": self.reduction.mode,
+        }
+
+
+class Dwr(Dw):
+    name = "dwr"
+    template = "conv_bwd_weight/dwr.hip.j2"
+    params_type = DwrParams
+    description = "depthwise 1-D/2-D with the filter, stride and dilation compiled in; outputs in registers"
+    base_score = 3.5
+
+    def supported_cells(self) -> frozenset:
+        return UP_TO_2D
+
+    def cell_allows(self, params: DwrParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        if not lanes_only_channels_last(params, layout):
+            return False
+        return ndim == 2 and params.filter_h > 1 or ndim == 1 and params.filter_h == 1
+
+    def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.C != 1 or problem.K != 1:
+            return f"depthwise only (C=K=1), problem has C={problem.C}, K={problem.K}"
+        if problem.ndim == 3:
+            return "1-D and 2-D only"
+        filt = (p.filter_h, p.filter_w)[-problem.ndim :]
+        if tuple(problem.filter) != filt:
+            return f"compiled for filter {'x'.join(map(str, filt))}, problem has {'x'.join(map(str, problem.filter))}"
+        if set(problem.stride) != {p.stride} or set(problem.dilation) != {p.dilation}:
+            return (f"compiled for stride {p.stride} / dilation {p.dilation} on every axis, problem has "
+                    f"{'x'.join(map(str, problem.stride))} / {'x'.join(map(str, problem.dilation))}")
+        if problem.G % p.vector:
+            return f"vector width {p.vector} needs G divisible by it (G={problem.G})"
+        items = math.ceil(p.work_items(problem) / p.threads_pos)
+        if p.split_k > 1 and p.split_k > items:
+            return f"split {p.split_k} exceeds the {items} blocks of work items"
+        if p.split_k > GRID_Y_LIMIT:
+            return "split exceeds the grid"
+        return None
+
+    def main_launch(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget, args: tuple, wei_numel: int) -> Launch:
+        return Launch("kf_main", (lane_blocks(p, problem), p.split_k, 1), (p.threads_lane, p.threads_pos, 1),
+                      args + (I32(0), I32(wei_numel)))

@@ -1,0 +1,112 @@
+"""`group`: a block owns whole groups' rows (every sample of a group, or one (n, g)), sums them, derives
+the coefficients and writes dx re-reading its rows mostly from cache; no memset, deterministic. NGCHW
+only (a group's rows are contiguous there), and only groups small enough for one block.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import Layout
+from ..base import F32, I32, Buf, Launch, LaunchPlan
+from .common import CELLS, GroupNormFamily, affine_buffers
+from .problem import GroupNormProblem
+
+FINISH_THREADS = 256  # per-sample span: threads per block of the dgamma/dbeta launch
+GROUP_ROW_CAP = 1024  # (n, c) rows of one group whose sums a block keeps in shared memory
+GROUP_ELEMENT_CAP = 1 << 18  # elements of one group (N*D*S) one block streams at most
+GROUP_SMALL_BYTES = 8 << 20  # the heuristic's guess: below this per tensor, one launch per problem wins
+GROUP_CELLS = frozenset(cell for cell in CELLS if cell[0] is Layout.NGCHW)  # a group's rows are contiguous
+
+
+class Span(enum.Enum):
+    """What one block of the `group` family owns."""
+
+    PER_GROUP = "per_group"  # every sample of one group: dgamma/dbeta summed in the block
+    PER_SAMPLE = "per_sample"  # one (n, g): dgamma/dbeta finished by a second launch
+
+
+@dataclass(frozen=True)
+class GroupParams:
+    """Blocks of `threads` owning `span`, each warp streaming row segments (`group_segments`) with
+    `unroll` loads of `vector` elements per tensor in flight per lane."""
+
+    threads: int
+    vector: int
+    unroll: int
+    span: Span = Span.PER_GROUP
+
+    def __post_init__(self) -> None:
+        if self.threads % 32 or not 64 <= self.threads <= 1024:
+            raise ValueError("threads must be a multiple of 32 in 64..1024")
+        if self.vector not in (1, 2, 4, 8):
+            raise ValueError("vector must be 1, 2, 4 or 8")
+        if self.unroll < 1:
+            raise ValueError("unroll must be >= 1")
+
+    def suffix(self) -> str:
+        return f"t{self.threads}_v{self.vector}_u{self.unroll}_{self.span.value}"
+
+    def template_values(self) -> dict[str, Any]:
+        return {"threads": self.threads, "vector": self.vector, "unroll": self.unroll, "reduce_mode": 0,
+                "row_cap": GROUP_ROW_CAP, "per_sample": int(self.span is Span.PER_SAMPLE),
+                "finish_threads": FINISH_THREADS}
+
+
+def group_segments(params: GroupParams, problem: GroupNormProblem) -> tuple[int, int]:
+    """(segments per row, elements per segment): a block with fewer rows than warps cuts each row into
+    segments so that every warp streams; segments are whole multiples of a warp's 32 vector loads."""
+    rows = problem.per_group * (1 if params.span is Span.PER_SAMPLE else problem.N)
+    S, step = problem.spatial, 32 * params.vector
+    wanted = max(1, (params.threads // 32) // rows)
+    seg_len = step * math.ceil(math.ceil(S / wanted) / step)
+    return math.ceil(S / seg_len), seg_len
+
+
+class Group(GroupNormFamily):
+    name = "group"
+    template = "groupnorm_bwd/group.hip.j2"
+    params_type = GroupParams
+    description = "a block per group or per (n, g): sums, then dx from cache; no memset (NGCHW, small groups)"
+
+    def supported_cells(self) -> frozenset:
+        return GROUP_CELLS
+
+    def why_not_here(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> str | None:
+        per_sample = params.span is Span.PER_SAMPLE
+        rows = problem.per_group if per_sample else problem.N * problem.per_group
+        owner = "(n, g)" if per_sample else "group"
+        if rows > GROUP_ROW_CAP:
+            return f"{rows} (n, c) rows per {owner}; one block keeps the sums of at most {GROUP_ROW_CAP}"
+        if rows * problem.spatial > GROUP_ELEMENT_CAP:
+            return (f"{rows * problem.spatial} elements per {owner}; one block streams at most "
+                    f"{GROUP_ELEMENT_CAP} (the fused family splits big groups across the GPU)")
+        return None
+
+    def launch_plan(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> LaunchPlan:
+        """G blocks (per group) or N*G blocks and a finishing launch over the channels (per sample)."""
+        N, C, G = problem.N, problem.C, problem.G
+        gamma, dgamma, dbeta = affine_buffers(problem)
+        segs, seg_len = group_segments(params, problem)
+        args = (Buf("x"), Buf("dy"), Buf("mean"), Buf("rstd"), Buf(gamma), Buf("dx"), Buf(dgamma), Buf(dbeta),
+                Buf("workspace"), *(I32(v) for v in (N, C, G, problem.per_group, problem.spatial, int(problem.affine))),
+                F32(1.0 / (problem.per_group * problem.spatial)), I32(segs), I32(seg_len))
+        if params.span is Span.PER_GROUP:
+            return LaunchPlan((Launch("kf_group", (G, 1, 1), (params.threads, 1, 1), args),), 0)
+        steps = [Launch("kf_group", (N * G, 1, 1), (params.threads, 1, 1), args)]
+        if problem.affine:
+            steps.append(Launch("kf_group_finish", (math.ceil(C / FINISH_THREADS), 1, 1), (FINISH_THREADS, 1, 1),
+                                (Buf("workspace"), Buf(dgamma), Buf(dbeta), I32(N), I32(C))))
+        return LaunchPlan(tuple(steps), 4 * 2 * N * C if problem.affine else 0)
+
+    def heuristic_score(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> float:
+        """Small problems: one launch beats three; large ones need the whole GPU."""
+        load_bytes = params.vector * problem.dtype.tensor.nbytes
+        small = problem.numel * problem.dtype.tensor.nbytes <= GROUP_SMALL_BYTES
+        spread = 0.2 if (params.span is Span.PER_SAMPLE) == (problem.N > 1) else 0.0  # more blocks
+        return ((4.0 if small else 0.0) + spread + math.log2(load_bytes) * 0.3
+                - 0.05 * abs(math.log2(params.threads / 512)))

@@ -62,7 +62,7 @@ enum Status { OK = 0, DEADLOCK = 1, MISALIGNED = 2, SHARED_OVERRUN = 3 };
 
 constexpr unsigned char POISON = 0xFF;
 constexpr unsigned char GUARD = 0xFE;
-constexpr std::size_t GUARD_BYTES = 256;
+constexpr std::size_t GUARD_BYTES = 64 * 1024;  // after the dynamic buffer: an overrun is caught, not heap damage
 constexpr std::size_t STACK_BYTES = 256 * 1024;
 
 struct Barrier {
@@ -247,7 +247,7 @@ int launch(void (*kernel)(A...), const unsigned* grid, const unsigned* block, un
         }
         if (!run_block(fibers, threads, (bx + by + bz) % 2 == 1)) return DEADLOCK;
         for (std::size_t i = 0; i < GUARD_BYTES; ++i) {
-          if (dynamic_shared[shared_bytes + i] != GUARD) {
+          if (dynamic_shared[shared_bytes + i] != GUARD) [[unlikely]] {
             std::snprintf(message, sizeof message,
                           "block (%u,%u,%u) wrote dynamic shared memory at byte %zu, past the launch's %u bytes",
                           bx, by, bz, shared_bytes + i, shared_bytes);

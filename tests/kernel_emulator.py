@@ -36,7 +36,7 @@ from factory.verify import Verdict, reference_outputs, verify
 HEADER = Path(__file__).with_name("kernel_emulator.h")
 _BUILD = Path(tempfile.gettempdir()) / "kf-emulator"
 ALIGN = 256  # what cudaMalloc / hipMalloc guarantee
-GUARD = 256  # bytes either side of every buffer
+GUARD = 4096  # bytes either side of every buffer
 GUARD_BYTE = 0xFE  # not the 0xFF poison, so a poisoned value written out of bounds is seen too
 
 # g++ flags: hidden visibility so each library keeps its own statics and inline functions; alignment

@@ -78,10 +78,9 @@ def _tensors(problem: Any, rng: np.random.Generator) -> tuple[Sequence[TensorSpe
     """The problem's tensors and fresh random inputs for it."""
     solver = solver_for(problem.op)
     specs = solver.tensors(problem)
-    custom = getattr(solver, "random_inputs", None)
-    host = custom(problem, rng) if custom else {
-        s.name: numerics.random_tensor(rng, s.shape, s.scalar) for s in specs if s.role is Role.INPUT
-    }
+    host = solver.random_inputs(problem, rng)  # None: the op takes uniform inputs
+    if host is None:
+        host = {s.name: numerics.random_tensor(rng, s.shape, s.scalar) for s in specs if s.role is Role.INPUT}
     return specs, host
 
 

@@ -26,11 +26,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from factory import numerics
+from factory import abi, numerics
 from factory.catalog import Instance
 from factory.codegen import render
 from factory.ops import solver_for
-from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Role, TensorSpec
+from factory.ops.base import Launch, LaunchPlan, Memset, Role, TensorSpec
 from factory.verify import Verdict, reference_outputs, verify
 
 HEADER = Path(__file__).with_name("kernel_emulator.h")
@@ -202,7 +202,9 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
             target[: step.nbytes] = step.byte
             continue
         assert isinstance(step, Launch)
-        values = [_ctype(a, buffers) for a in step.args]
+        packed = abi.pack(step.args)  # the executor's packing: structs laid out as the kernel reads them
+        packed.bind({name: array.ctypes.data for name, array in buffers.items()})
+        values = packed.values
         argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         grid = (ctypes.c_uint * 3)(*step.grid)
         block = (ctypes.c_uint * 3)(*step.block)
@@ -211,16 +213,6 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
             lib.emu_message.restype = ctypes.c_char_p
             detail = (lib.emu_message() or b"").decode()
             raise KernelFault(f"{step.entry}: {_STATUS.get(status, f'status {status}')}: {detail}")
-
-
-def _ctype(arg: Any, buffers: Mapping[str, np.ndarray]) -> Any:
-    if isinstance(arg, Buf):
-        return ctypes.c_uint64(buffers[arg.name].ctypes.data)
-    if isinstance(arg, I32):
-        return ctypes.c_int32(arg.value)
-    if isinstance(arg, F32):
-        return ctypes.c_float(arg.value)
-    raise TypeError(arg)
 
 
 def check_instance(instance: Instance, problem: Any, seed: int = 0) -> Verdict:

@@ -179,8 +179,8 @@ _LAYOUT_ALIASES = _layout_aliases()
 _CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.DWSEP_CONV_FWD)
 
 
-def _out_size(size: int, filt: int, stride: int, pad: int, dilation: int) -> int:
-    return (size + 2 * pad - dilation * (filt - 1) - 1) // stride + 1
+def _out_size(size: int, filt: int, stride: int, pad_left: int, pad_right: int, dilation: int) -> int:
+    return (size + pad_left + pad_right - dilation * (filt - 1) - 1) // stride + 1
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,9 @@ class ConvProblem:
     """A grouped N-D convolution as seen by its backward passes.
 
     `input` and `filter` are spatial sizes outermost first (D, H, W); stride, pad and dilation have
-    one entry per spatial dim (pad is applied on both sides).
+    one entry per spatial dim. `pad` is the padding before the first element of each dim and `pad_right`
+    the padding after the last (TensorFlow's "SAME" padding puts the odd one there); `pad_right` left as
+    None means the same as `pad`, and is stored so.
     """
 
     N: int
@@ -203,8 +205,11 @@ class ConvProblem:
     layout: Layout = Layout.NHWGC
     dtype: DType = DType.FP16
     op: Op = field(default=Op.CONV_BWD_WEIGHT)
+    pad_right: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.pad_right is None:
+            object.__setattr__(self, "pad_right", self.pad)
         # Type checks come first so a wrong type is an InvalidProblem, not a TypeError from len() or
         # an unhashable (list-holding) frozen problem; the op decides which solver will read it.
         if not isinstance(self.op, Op) or self.op not in _CONV_OPS:
@@ -214,27 +219,25 @@ class ConvProblem:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidProblem(name, f"must be a positive integer, got {value!r}")
-        for name in ("input", "filter", "stride", "pad", "dilation"):
+        for name in ("input", "filter", "stride", "pad", "pad_right", "dilation"):
             if not isinstance(getattr(self, name), tuple):
                 raise InvalidProblem(name, f"must be a tuple of integers, got {getattr(self, name)!r}")
         ndim = len(self.input)
         if ndim not in (1, 2, 3):
             raise InvalidProblem("input", f"needs 1, 2 or 3 spatial sizes, got {len(self.input)}")
-        for name in ("filter", "stride", "pad", "dilation"):
+        for name in ("filter", "stride", "pad", "pad_right", "dilation"):
             seq = getattr(self, name)
             if len(seq) != ndim:
                 raise InvalidProblem(name, f"needs {ndim} entries to match input, got {len(seq)}")
-        for name, minimum in (("input", 1), ("filter", 1), ("stride", 1), ("dilation", 1), ("pad", 0)):
+        for name, minimum in (("input", 1), ("filter", 1), ("stride", 1), ("dilation", 1), ("pad", 0), ("pad_right", 0)):
             for value in getattr(self, name):
                 if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                     raise InvalidProblem(name, f"entries must be integers >= {minimum}, got {getattr(self, name)}")
         for d in range(ndim):
             span = self.dilation[d] * (self.filter[d] - 1) + 1
-            if span > self.input[d] + 2 * self.pad[d]:
-                raise InvalidProblem(
-                    "filter",
-                    f"dilated filter extent {span} exceeds padded input {self.input[d] + 2 * self.pad[d]} in dim {d}",
-                )
+            padded = self.input[d] + self.pad[d] + self.pad_right[d]
+            if span > padded:
+                raise InvalidProblem("filter", f"dilated filter extent {span} exceeds padded input {padded} in dim {d}")
         if not isinstance(self.layout, Layout):
             raise InvalidProblem("layout", f"must be a Layout, got {self.layout!r}")
         if not isinstance(self.dtype, DType):
@@ -245,9 +248,18 @@ class ConvProblem:
         return len(self.input)
 
     @property
+    def pad_left(self) -> tuple[int, ...]:
+        return self.pad
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether every dim is padded the same on both sides (what PyTorch's conv takes)."""
+        return self.pad == self.pad_right
+
+    @property
     def output(self) -> tuple[int, ...]:
         return tuple(
-            _out_size(self.input[d], self.filter[d], self.stride[d], self.pad[d], self.dilation[d])
+            _out_size(self.input[d], self.filter[d], self.stride[d], self.pad[d], self.pad_right[d], self.dilation[d])
             for d in range(self.ndim)
         )
 
@@ -295,10 +307,12 @@ class ConvProblem:
         def dims(v: tuple[int, ...]) -> str:
             return "x".join(str(x) for x in v)
 
+        pads = (f"pad={dims(self.pad)}" if self.symmetric
+                else f"pad_left={dims(self.pad)},pad_right={dims(self.pad_right)}")
         return (
             f"{self.op.value}:{self.layout.value}:{self.dtype.value}:{self.ndim}d:"
             f"N={self.N},G={self.G},C={self.C},K={self.K},input={dims(self.input)},filter={dims(self.filter)},"
-            f"stride={dims(self.stride)},pad={dims(self.pad)},dilation={dims(self.dilation)}"
+            f"stride={dims(self.stride)},{pads},dilation={dims(self.dilation)}"
         )
 
     def spec(self) -> str:
@@ -306,13 +320,15 @@ class ConvProblem:
         return self.key.split(":", 4)[4]
 
 
-_CONV_FIELDS = ("N", "G", "C", "K", "input", "filter", "stride", "pad", "dilation")
+_CONV_FIELDS = ("N", "G", "C", "K", "input", "filter", "stride", "pad", "pad_left", "pad_right", "dilation")
 
 
 def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV_BWD_WEIGHT) -> ConvProblem:
     """Parse 'N=32,G=32,C=4,K=4,input=56x56,filter=3x3,stride=1,pad=1,dilation=1'.
 
-    stride/pad/dilation may be one number for all dims; they default to 1/0/1.
+    stride/pad/dilation may be one number for all dims; they default to 1/0/1. `pad` pads both sides;
+    `pad_left=`/`pad_right=` (one number or one per dim, each defaulting to 0) pad each side on its own
+    and exclude `pad`.
     """
     values = parse_fields(spec, _CONV_FIELDS, required=("N", "G", "C", "K", "input", "filter"))
     scalars = {name: parse_int(values[name], name) for name in ("N", "G", "C", "K")}
@@ -325,12 +341,17 @@ def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV
         dims = parse_dims(values[name], name)
         return dims * ndim if len(dims) == 1 and ndim > 1 else dims
 
+    if "pad" in values and ("pad_left" in values or "pad_right" in values):
+        raise ProblemSyntaxError("give pad= (both sides) or pad_left=/pad_right=, not both")
+    sided = "pad_left" in values or "pad_right" in values
+    left = per_dim("pad_left", 0) if sided else per_dim("pad", 0)
     return ConvProblem(
         **scalars,
         input=spatial_in,
         filter=per_dim("filter", 1),
         stride=per_dim("stride", 1),
-        pad=per_dim("pad", 0),
+        pad=left,
+        pad_right=per_dim("pad_right", 0) if sided else left,
         dilation=per_dim("dilation", 1),
         layout=layout,
         dtype=dtype,

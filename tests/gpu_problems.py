@@ -1,5 +1,5 @@
 """Problems the GPU tests run every applicable instance on: all layouts, dtypes and ranks, with odd
-sizes (C=3, H=17, stride 2, dilation 2, pad 0, N=1), depthwise and grouped cases."""
+sizes (C=3, H=17, stride 2, dilation 2, pad 0, N=1), asymmetric padding, depthwise and grouped cases."""
 
 from factory.problem import DType, Layout, parse_conv_problem
 
@@ -30,6 +30,13 @@ CASES = [
     (Layout.NHWGC, DType.FP32, "N=1,G=40,C=1,K=1,input=1x1,filter=1x1"),
     (Layout.NHWGC, DType.FP16, "N=3,G=40,C=1,K=1,input=15x13,filter=3x3,stride=2,pad=1"),
     (Layout.NGCHW, DType.FP32, "N=2,G=6,C=1,K=1,input=20x23,filter=7x7,pad=3"),
+    # Asymmetric padding (TensorFlow's "SAME" with an even filter or stride 2).
+    (Layout.NHWGC, DType.FP16, "N=2,G=16,C=1,K=1,input=14x14,filter=4x4,stride=2,pad_left=1,pad_right=2"),
+    (Layout.NHWGC, DType.FP32, "N=4,G=8,C=1,K=1,input=500,filter=15,pad_left=8,pad_right=6"),
+    (Layout.NHWGC, DType.BF16, "N=4,G=32,C=1,K=1,input=56x56,filter=3x3,stride=2,pad_left=0,pad_right=1"),
+    (Layout.GNHWC, DType.BF16, "N=2,G=2,C=6,K=4,input=21,filter=3,stride=2,pad_left=0,pad_right=2"),
+    (Layout.NGCHW, DType.FP32, "N=1,G=2,C=3,K=4,input=5x6x7,filter=3x3x3,pad_left=1x0x1,pad_right=0x1x2"),
+    (Layout.NHWGC, DType.FP16, "N=2,G=1,C=8,K=8,input=9x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
 ]
 
 

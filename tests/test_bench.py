@@ -173,6 +173,7 @@ BASELINE_SPECS = [
     "N=2,G=3,C=2,K=4,input=7x6,filter=3x3,stride=2,pad=1",
     "N=2,G=4,C=1,K=1,input=19,filter=5,pad=2,dilation=2",
     "N=1,G=2,C=3,K=2,input=5x6x4,filter=3x1x2,pad=1x0x0",
+    "N=2,G=2,C=2,K=3,input=8x7,filter=4x3,stride=2,pad_left=1x0,pad_right=2x1",
 ]
 
 
@@ -190,6 +191,7 @@ def test_conv_torch_baseline_matches_reference_in_every_layout(layout, spec):
     assert got.is_contiguous() and tuple(got.shape) == want.shape
     np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-5, atol=1e-5)
     assert ("NHWGC copy" in baseline.note) == (layout is Layout.GNHWC)
+    assert ("explicitly padded" in baseline.note) == (not p.symmetric)
 
 
 def test_conv_baseline_shares_our_buffers_where_pytorch_has_the_layout():

@@ -70,3 +70,27 @@ def test_unknown_layout_and_dtype_list_choices():
         Layout.parse("NCHW")
     with pytest.raises(ProblemSyntaxError, match="bf16_fp32w"):
         DType.parse("fp64")
+
+
+def test_padding_per_side():
+    """pad= pads both sides; pad_left=/pad_right= each side; symmetric problems keep their keys."""
+    sym = parse_conv_problem("N=1,G=1,C=1,K=1,input=8x8,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    assert sym.pad == sym.pad_right == (1, 1) and sym.symmetric and "pad=1x1," in sym.key and "pad_left" not in sym.key
+    per_dim = parse_conv_problem("N=1,G=1,C=1,K=1,input=8x8,filter=3x3,pad=1x2", Layout.NHWGC, DType.FP16)
+    assert per_dim.pad == per_dim.pad_right == (1, 2) and per_dim.output == (8, 10)
+    same = parse_conv_problem("N=1,G=1,C=1,K=1,input=8x8,filter=4x4,stride=2,pad_left=1,pad_right=2",
+                              Layout.NHWGC, DType.FP16)
+    assert same.pad == (1, 1) and same.pad_right == (2, 2) and not same.symmetric
+    assert same.output == (4, 4)  # TensorFlow's SAME: ceil(8 / 2)
+    assert "pad_left=1x1,pad_right=2x2" in same.key
+    again = parse_conv_problem(same.spec(), Layout.NHWGC, DType.FP16)
+    assert again == same and again.key == same.key
+    only_right = parse_conv_problem("N=1,G=1,C=1,K=1,input=8,filter=3,pad_right=2", Layout.NHWGC, DType.FP16)
+    assert only_right.pad == (0,) and only_right.pad_right == (2,) and only_right.output == (8,)
+    with pytest.raises(ProblemSyntaxError, match="not both"):
+        parse_conv_problem("N=1,G=1,C=1,K=1,input=8,filter=3,pad=1,pad_left=1", Layout.NHWGC, DType.FP16)
+    with pytest.raises(InvalidProblem, match="pad_right"):
+        ConvProblem(N=1, G=1, C=1, K=1, input=(8,), filter=(3,), stride=(1,), pad=(1,), dilation=(1,), pad_right=(-1,))
+    # Python callers that name only pad get symmetric padding, as before.
+    p = ConvProblem(N=1, G=1, C=1, K=1, input=(8,), filter=(3,), stride=(1,), pad=(1,), dilation=(1,))
+    assert p.pad_right == (1,) and p.output == (8,)

@@ -5,6 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from factory.ops.conv import explicit_padding
 from factory.ops.conv import layouts as cl
 from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import ConvProblem, DType, Layout
@@ -25,8 +26,11 @@ def random_problems(count: int, seed: int):
         stride = tuple(int(rng.integers(1, 3)) for _ in range(ndim))
         dil = tuple(int(rng.integers(1, 3)) if s >= 2 * f + 1 else 1 for s, f in zip(size, filt))
         pad = tuple(int(rng.integers(0, f)) for f in filt)
+        # Every third problem pads its two sides differently (TensorFlow's "SAME" style).
+        pad_right = tuple(int(rng.integers(0, f)) for f in filt) if i % 3 == 2 else pad
         problems.append(ConvProblem(N=int(rng.integers(1, 4)), G=G, C=C, K=K, input=size, filter=filt,
-                                    stride=stride, pad=pad, dilation=dil, layout=layout, dtype=DType.FP32))
+                                    stride=stride, pad=pad, dilation=dil, layout=layout, dtype=DType.FP32,
+                                    pad_right=pad_right))
     return problems
 
 
@@ -44,13 +48,18 @@ def test_reference_matches_torch(problem):
 
     G, C, K, N = problem.G, problem.C, problem.K, problem.N
     x_t = torch.from_numpy(x_log.reshape(N, G * C, *problem.input))
+    x_t, padding = explicit_padding(x_t, problem)
     dy_t = torch.from_numpy(dy_log.reshape(N, G * K, *problem.output))
     w_t = torch.zeros((G * K, C, *problem.filter), dtype=torch.float64)
     _, dw_t, _ = torch.ops.aten.convolution_backward(
-        dy_t, x_t, w_t, None, list(problem.stride), list(problem.pad), list(problem.dilation),
+        dy_t, x_t, w_t, None, list(problem.stride), padding, list(problem.dilation),
         False, [0] * problem.ndim, G, [False, True, False],
     )
     np.testing.assert_allclose(ours.reshape(dw_t.shape), dw_t.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_random_problems_include_asymmetric_padding():
+    assert sum(not p.symmetric for p in random_problems(36, seed=7)) >= 6
 
 
 def test_int8_reference_is_exact_integer():

@@ -150,6 +150,20 @@ def kernel_args(tensor_names: Mapping[str, ConvTensor], problem: ConvProblem,
     return Struct(CONV_ARGS, pointers + tuple((f, I32(v)) for f, v in zip(GEOMETRY_FIELDS, ints, strict=True)))
 
 
+def explicit_padding(x: Any, problem: ConvProblem) -> tuple[Any, list[int]]:
+    """PyTorch's convolutions pad both sides alike: for an asymmetric problem, pad the (N, C, *S) input
+    by the difference first and let the convolution pad the common part. Returns (input, padding)."""
+    common = [min(l, r) for l, r in zip(problem.pad, problem.pad_right)]
+    if problem.symmetric:
+        return x, common
+    import torch.nn.functional as F
+
+    extra: list[int] = []
+    for l, r, c in reversed(list(zip(problem.pad, problem.pad_right, common))):  # F.pad: last dim first
+        extra += [l - c, r - c]
+    return F.pad(x, extra), common
+
+
 def geometry_ints(problem: ConvProblem) -> list[int]:
     """The geometry part of the conv kernel arguments (see kernel_args)."""
     act_in = cl.activation(problem, "C")

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...problem import ConvProblem, DType, Op, UnsupportedProblem
 from ..base import TorchBaseline, Tolerance
-from ..conv import ConvOp, physical
+from ..conv import ConvOp, explicit_padding, physical
 from .common import OUTPUT, TENSORS, Reduction
 from .dl import Dl, DlParams
 from .dw import Dw, DwParams
@@ -63,6 +63,9 @@ class ConvBwdWeight(ConvOp):
             raise UnsupportedProblem("PyTorch has no int8 convolution on the GPU")
         theirs, note = self.torch_problem(problem)
         x = self.as_framework(inputs["input"], problem, theirs, "input")
+        x, padding = explicit_padding(x, problem)
+        if not problem.symmetric:
+            note = "; ".join(filter(None, [note, "PyTorch given an explicitly padded input (asymmetric padding)"]))
         dy = self.as_framework(inputs["grad_output"], problem, theirs, "grad_output")
         w = torch.zeros(physical(theirs, TENSORS[OUTPUT]).shape, dtype=inputs["input"].dtype,
                         device=inputs["input"].device).as_strided(*self.framework_view(theirs, OUTPUT))
@@ -70,7 +73,7 @@ class ConvBwdWeight(ConvOp):
 
         def run() -> None:
             last["dw"] = torch.ops.aten.convolution_backward(
-                dy, x, w, None, list(problem.stride), list(problem.pad), list(problem.dilation),
+                dy, x, w, None, list(problem.stride), padding, list(problem.dilation),
                 False, [0] * problem.ndim, problem.G, [False, True, False],
             )[1]
 

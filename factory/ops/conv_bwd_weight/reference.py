@@ -8,9 +8,9 @@ from ...problem import ConvProblem
 
 
 def reference_logical(problem: ConvProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    """dW[g,k,c,*f] = sum_{n,o} dy[n,g,k,o] * x[n,g,c, o*stride - pad + f*dilation], logical orders."""
+    """dW[g,k,c,*f] = sum_{n,o} dy[n,g,k,o] * x[n,g,c, o*stride - pad_left + f*dilation], logical orders."""
     nd = problem.ndim
-    pads = [(0, 0)] * 3 + [(p, p) for p in problem.pad]
+    pads = [(0, 0)] * 3 + list(zip(problem.pad, problem.pad_right))
     xp = np.pad(x, pads)
     out = problem.output
     dw = np.zeros(problem.weight_shape_logical, dtype=x.dtype)

@@ -7,12 +7,12 @@ both user calls and timed benchmark reps).
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Mapping
 
+from .abi import PackedArgs, pack
 from .backends import Backend
-from .ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset
+from .ops.base import Launch, LaunchPlan, Memset
 
 
 @dataclass
@@ -29,23 +29,12 @@ class LoadedBinary:
         return self.kernels[entry]
 
 
-def _ctype(arg: object):
-    if isinstance(arg, Buf):
-        return ctypes.c_uint64(0)
-    if isinstance(arg, I32):
-        return ctypes.c_int32(arg.value)
-    if isinstance(arg, F32):
-        return ctypes.c_float(arg.value)
-    raise TypeError(f"unknown launch argument {arg!r}")
-
-
 @dataclass
 class _PreparedLaunch:
     kernel: object
     step: Launch
-    values: list
-    packed: object
-    slots: list[tuple[int, str]]  # (argument index, buffer name)
+    args: PackedArgs  # the ctypes values; bind() rewrites their pointer slots in place
+    packed: object  # the backend's form of args.values
 
 
 class PreparedPlan:
@@ -60,18 +49,16 @@ class PreparedPlan:
             if isinstance(step, Memset):
                 self._steps.append(step)
                 continue
-            values = [_ctype(a) for a in step.args]
-            slots = [(i, a.name) for i, a in enumerate(step.args) if isinstance(a, Buf)]
-            packed = self.backend.prepare_args(values)
-            self._steps.append(_PreparedLaunch(loaded.kernel(step.entry), step, values, packed, slots))
+            args = pack(step.args)
+            packed = self.backend.prepare_args(args.values)
+            self._steps.append(_PreparedLaunch(loaded.kernel(step.entry), step, args, packed))
 
     def bind(self, pointers: Mapping[str, int]) -> None:
         if pointers == self._pointers:
             return
         for step in self._steps:
             if isinstance(step, _PreparedLaunch):
-                for index, name in step.slots:
-                    step.values[index].value = pointers[name]
+                step.args.bind(pointers)
         self._pointers = dict(pointers)
 
     def enqueue(self, stream: int = 0) -> None:

@@ -24,12 +24,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from factory import numerics
+from factory import abi, numerics
 from factory.backends import BackendKind, CompiledBinary, DeviceInfo
 from factory.catalog import Instance
 from factory.codegen import render
 from factory.ops import solver_for
-from factory.ops.base import Buf, Launch, Role
+from factory.ops.base import Launch, Role, buffers_of
 from factory.selector import lookup
 from factory.tuner import TuneSettings
 
@@ -147,13 +147,11 @@ class FakeGPU:
         self._running = inst.name
         plan = self.solver.launch_plan(inst.family, inst.params, self.problem)
         step = next(s for s in plan.steps if isinstance(s, Launch) and s.entry == entry)
-        for arg, value in zip(step.args, prepared):
-            if isinstance(arg, Buf):
-                self._bound[arg.name] = value.value
+        self._bound.update(abi.bound_pointers(step.args, prepared))
         if inst.name in self.wrong:
             return
         outputs = [s for s in self.specs.values() if s.role is Role.OUTPUT and s.name in self._bound]
-        written = {a.name for a in step.args if isinstance(a, Buf)}
+        written = {b.name for b in buffers_of(step.args)}
         for spec in outputs:
             if spec.name in written:
                 self.copy_to_device(self._bound[spec.name], self._answer()[spec.name])

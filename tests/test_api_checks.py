@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import factory.backends
-from factory import api
+from factory import abi, api
 from factory.api import (
     ConvProblem, DType, Kernel, Layout, NotTuned, SelectMode, TensorMismatch, UnsupportedProblem, explain, lookup,
     select,
@@ -58,7 +58,7 @@ class FakeBackend:
         return args
 
     def launch_prepared(self, kernel, grid, block, prepared, shared_bytes=0, stream=0) -> None:
-        self.launches.append((kernel, tuple(a.value for a in prepared), stream))
+        self.launches.append((kernel, abi.flatten(prepared), stream))
 
     def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
         self.memsets.append((ptr, byte, nbytes, stream))
@@ -373,7 +373,7 @@ def test_run_pointers_binds_every_launch(kernel, backend):
     assert len(backend.launches) == len(launches)
     for (entry, values, stream), step in zip(backend.launches, launches):
         assert entry == step.entry and stream == 3
-        for value, arg in zip(values, step.args):
+        for value, arg in zip(values, abi.flatten_args(step.args), strict=True):
             if hasattr(arg, "name"):
                 assert value == {**GOOD, "workspace": kernel._workspace}[arg.name]
     # The same kernel runs again on new buffers.

@@ -9,12 +9,15 @@ covered as soon as it is registered and has a catalog.
 from __future__ import annotations
 
 import ast
+import ctypes
 import dataclasses
 import enum
 import itertools
 import json
 import math
 import re
+import shutil
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from factory import codegen
+from factory import abi, codegen
 from factory.catalog import (
     CatalogError,
     Instance,
@@ -33,7 +36,7 @@ from factory.catalog import (
     select_instances,
 )
 from factory.ops import implemented_ops, solver_for
-from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset
+from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Struct, buffers_of
 from factory.problem import ConvProblem, DType, Layout, Op, parse_conv_problem, supported_cells_text
 from factory.selector import explain, lookup
 
@@ -345,7 +348,14 @@ def kernel_decls(inst: Instance) -> dict[str, KernelDecl]:
     return decls
 
 
-def _param_kind(decl: str) -> type:
+# --- the kernel ABI: argument structs of templates/common/args.h ------------------------------------
+
+ABI_HEADER = Path(codegen.__file__).resolve().parents[1] / "templates" / "common" / "args.h"
+_STRUCT = re.compile(r"^struct\s+([A-Za-z_]\w*)\s*\{(.*?)^\};", re.MULTILINE | re.DOTALL)
+
+
+def _scalar_kind(decl: str) -> type:
+    """The launch-argument kind a C declaration (parameter or field type) takes."""
     if "*" in decl:
         return Buf
     words = set(re.findall(r"\w+", decl))
@@ -353,7 +363,52 @@ def _param_kind(decl: str) -> type:
         return F32
     if words & {"int", "int32_t", "unsigned", "uint32_t"}:
         return I32
-    raise AssertionError(f"kernel parameter {decl!r} has a type launch plans cannot pass")
+    raise AssertionError(f"{decl!r} has a type launch plans cannot pass")
+
+
+def parse_abi_structs(text: str) -> dict[str, tuple[tuple[str, type], ...]]:
+    """Each struct of an args.h text: its fields (name, Buf | I32 | F32) in declaration order."""
+    structs: dict[str, tuple[tuple[str, type], ...]] = {}
+    for match in _STRUCT.finditer(text):
+        body = re.sub(r"//[^\n]*", "", match[2])
+        fields: list[tuple[str, type]] = []
+        for decl in filter(None, (d.strip() for d in body.split(";"))):
+            head = re.match(r"((?:const\s+)?[A-Za-z_]\w*\s*\**)\s*(.*)", decl, re.DOTALL)
+            assert head, f"cannot read field declaration {decl!r} of {match[1]}"
+            names = [n.strip() for n in head[2].split(",")]
+            stars = head[1].count("*")
+            for name in names:
+                assert re.fullmatch(r"\**[A-Za-z_]\w*", name), f"{match[1]}: unexpected declarator {name!r}"
+                kind = _scalar_kind(head[1] + ("*" if name.startswith("*") or stars else ""))
+                fields.append((name.lstrip("*"), kind))
+        structs[match[1]] = tuple(fields)
+    return structs
+
+
+@lru_cache(maxsize=1)
+def abi_structs() -> dict[str, tuple[tuple[str, type], ...]]:
+    return parse_abi_structs(ABI_HEADER.read_text())
+
+
+def struct_layout(arg: Struct) -> tuple[tuple[str, type], ...]:
+    return tuple((name, type(value)) for name, value in arg.fields)
+
+
+def _param_kind(decl: str) -> type | str:
+    """Buf / I32 / F32 for a scalar parameter; the struct's name for an args.h struct taken by value."""
+    words = re.findall(r"\w+", decl)
+    structs = [w for w in words if w in abi_structs()]
+    if structs and "*" not in decl and "&" not in decl:
+        return structs[0]
+    return _scalar_kind(decl)
+
+
+def _arg_kind(arg: object) -> type | str:
+    return arg.ctype if isinstance(arg, Struct) else type(arg)
+
+
+def _kind_name(kind: type | str) -> str:
+    return kind if isinstance(kind, str) else kind.__name__
 
 
 def plan_problems(inst: Instance, problem: ConvProblem, plan: LaunchPlan) -> list[str]:
@@ -388,6 +443,13 @@ def plan_problems(inst: Instance, problem: ConvProblem, plan: LaunchPlan) -> lis
         if not 0 <= step.shared_bytes <= SHARED_DEFAULT_MAX:
             errors.append(f"{where}: {step.shared_bytes} bytes of dynamic shared memory")
         for arg in step.args:
+            if isinstance(arg, Struct):
+                declared = abi_structs().get(arg.ctype)
+                if declared is None:
+                    errors.append(f"{where}: struct {arg.ctype} is not declared in common/args.h")
+                elif struct_layout(arg) != declared:
+                    errors.append(f"{where}: {arg.ctype} fields {struct_layout(arg)} differ from args.h's {declared}")
+        for arg in abi.flatten_args(step.args):
             if isinstance(arg, Buf):
                 used.add(arg.name)
                 if arg.name not in sizes:
@@ -400,17 +462,19 @@ def plan_problems(inst: Instance, problem: ConvProblem, plan: LaunchPlan) -> lis
         if decl is None:
             errors.append(f"{where}: the source defines no kernel {step.entry!r} (it has {sorted(decls)})")
             continue
-        kinds = [type(a) for a in step.args]
+        kinds = [_arg_kind(a) for a in step.args]
         expected = [_param_kind(p) for p in decl.params]
         if kinds != expected:
-            errors.append(f"{where}: passes {len(kinds)} args {[k.__name__ for k in kinds]}, "
-                          f"kernel takes {len(expected)} {[k.__name__ for k in expected]}")
+            errors.append(f"{where}: passes {len(kinds)} args {[_kind_name(k) for k in kinds]}, "
+                          f"kernel takes {len(expected)} {[_kind_name(k) for k in expected]}")
         if decl.max_threads is not None and threads > decl.max_threads:
             errors.append(f"{where}: {threads} threads over __launch_bounds__({decl.max_threads})")
-    if (plan.workspace_bytes > 0) != ("workspace" in used):
-        errors.append(f"workspace_bytes={plan.workspace_bytes} but workspace used: {'workspace' in used}")
+    # A workspace is used by someone; the converse does not hold: an argument struct may carry the
+    # workspace pointer to a kernel that does not touch it (GroupNorm's ws in a one-launch plan).
+    if plan.workspace_bytes > 0 and "workspace" not in used:
+        errors.append(f"workspace_bytes={plan.workspace_bytes} but no step uses the workspace")
     for t in tensors.values():
-        if not any(isinstance(a, Buf) and a.name == t.name for s in launches for a in s.args):
+        if not any(b.name == t.name for s in launches for b in buffers_of(s.args)):
             errors.append(f"no kernel receives the {t.role.value} tensor {t.name!r}")
     return errors
 
@@ -448,6 +512,85 @@ def test_plan_checker_catches_a_broken_plan() -> None:
     errors = plan_problems(inst, problem, LaunchPlan((broken,), plan.workspace_bytes))
     assert any("grid outside" in e for e in errors)
     assert any("kernel takes" in e for e in errors)
+    # A struct whose fields differ from args.h (two swapped), and one args.h does not declare.
+    struct = next(a for a in launch.args if isinstance(a, Struct))
+    swapped = Struct(struct.ctype, (struct.fields[1], struct.fields[0], *struct.fields[2:]))
+    unknown = Struct("kf_no_such_args", struct.fields)
+    for bad, message in ((swapped, "differ from args.h"), (unknown, "not declared in common/args.h")):
+        args = tuple(bad if a is struct else a for a in launch.args)
+        errors = plan_problems(inst, problem, LaunchPlan((dataclasses.replace(launch, args=args),), plan.workspace_bytes))
+        assert any(message in e for e in errors), (message, errors)
+
+
+GN_PLAN_SPECS = [("N=2,C=64,G=8,input=9x7", Layout.NGCHW), ("N=3,C=48,G=6,input=5x6x7", Layout.NHWGC),
+                 ("N=2,C=16,G=4,input=33,affine=0", Layout.NGCHW)]
+
+
+@pytest.mark.parametrize("spec, layout", GN_PLAN_SPECS, ids=[s for s, _ in GN_PLAN_SPECS])
+def test_groupnorm_launch_plans_match_the_kernels(spec: str, layout: Layout) -> None:
+    """GroupNorm plans against their kernels' declarations: argument structs, plain parameters, limits."""
+    solver = solver_for(Op.GROUPNORM_BWD)
+    problem = solver.parse_problem(spec, layout, DType.FP16)
+    found = lookup(problem)
+    cell = (problem.layout, problem.dtype, problem.ndim)
+    serving = {f for f in solver.families if cell in solver.supported_cells(f)}
+    assert {i.family for i in found} == serving, "every family of the cell should take these problems"
+    failures = [f"{inst.name}: {e}" for inst in found
+                for e in plan_problems(inst, problem, solver.launch_plan(inst.family, inst.params, problem))]
+    assert not failures, "\n".join(failures[:30])
+
+
+# --- the kernel ABI: header and Python agree ------------------------------------------------------
+
+def abi_builders() -> dict[str, Struct]:
+    """One struct of each kind args.h declares, from the one place in Python that fills it."""
+    from factory.ops.conv import kernel_args
+    from factory.ops.conv_bwd_weight.common import TENSORS, splitk_args
+    from factory.ops.groupnorm_bwd import StreamParams, geometry
+    from factory.ops.groupnorm_bwd.common import gn_args
+    from factory.ops.groupnorm_bwd.stream import tiles_args
+
+    conv = parse_conv_problem("N=2,G=2,C=3,K=4,input=9x7,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    gn = solver_for(Op.GROUPNORM_BWD).parse_problem("N=2,C=8,G=4,input=6x6", Layout.NGCHW, DType.FP16)
+    built = [kernel_args(TENSORS, conv), splitk_args("workspace", "grad_weight", 10, 2, 10), gn_args(gn),
+             tiles_args(geometry(StreamParams(256, 4, 2, 1), gn))]
+    return {b.ctype: b for b in built}
+
+
+def test_abi_header_and_python_declare_the_same_structs() -> None:
+    """Every struct of common/args.h, field by field (name, pointer / int / float, order), is what Python
+    fills; a field added, dropped, renamed or moved on one side only fails here."""
+    declared = abi_structs()
+    built = abi_builders()
+    assert set(declared) == set(built), (sorted(declared), sorted(built))
+    for name, struct in built.items():
+        assert struct_layout(struct) == declared[name], name
+    # The parser reads what it should: the conv struct's first fields, and a changed header fails.
+    assert declared["kf_conv_args"][:5] == (("in", Buf), ("out", Buf), ("wei", Buf), ("N", I32), ("G", I32))
+    edited = ABI_HEADER.read_text().replace("int N, G, C, K;", "int N, C, G, K;")
+    assert parse_abi_structs(edited)["kf_conv_args"] != struct_layout(built["kf_conv_args"])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_abi_structs_have_the_c_layout(tmp_path: Path) -> None:
+    """ctypes (the packer) and a C++ compiler lay every args.h struct out alike: size, alignment, offsets.
+    The device compilers follow the same rules for 64-bit pointers and 32-bit ints and floats."""
+    built = abi_builders()
+    lines = ['#include <cstddef>', '#include <cstdio>', '#define __device__', '#define __forceinline__ inline',
+             ABI_HEADER.read_text(), 'int main() {']
+    for name, struct in built.items():
+        lines.append(f'  std::printf("{name} size %zu align %zu\\n", sizeof({name}), alignof({name}));')
+        lines += [f'  std::printf("{name}.{f} %zu\\n", offsetof({name}, {f}));' for f, _ in struct.fields]
+    lines.append("}")
+    (tmp_path / "layout.cpp").write_text("\n".join(lines))
+    subprocess.run(["g++", "-std=c++17", "-o", str(tmp_path / "layout"), str(tmp_path / "layout.cpp")], check=True)
+    printed = subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout
+    expected = []
+    for name, struct in built.items():
+        ctype = abi.ctype_of(struct)
+        expected.append(f"{name} size {ctypes.sizeof(ctype)} align {ctypes.alignment(ctype)}")
+        expected += [f"{name}.{f} {getattr(ctype, f).offset}" for f, _ in struct.fields]
+    assert printed.splitlines() == expected
 
 
 # --- catalog file errors ---------------------------------------------------------------------------

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import kernel_emulator
-from factory import numerics
+from factory import abi, numerics
 from factory.catalog import parse_instance_name, select_instances
 from factory.cli import main as cli_main
 from factory.codegen import render
-from factory.ops.base import Launch, Memset, Role
+from factory.ops.base import I32, Launch, Memset, Role
 from factory.ops.groupnorm_bwd import (
     CELLS, SOLVER, Finish, GroupNormProblem, Span, geometry, group_segments, parse_groupnorm_problem,
 )
@@ -336,7 +336,7 @@ class RecordingBackend:
         return args
 
     def launch_prepared(self, kernel, grid, block, prepared, shared_bytes=0, stream=0) -> None:
-        self.launches.append((kernel, tuple(a.value for a in prepared)))
+        self.launches.append((kernel, abi.flatten(prepared)))
 
     def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
         self.memsets.append((ptr, nbytes))
@@ -506,11 +506,10 @@ def test_emulator_catches_a_wrong_kernel(monkeypatch):
     def wrong_groups(family, params, problem):
         plan = original(family, params, problem)
         stats = next(s for s in plan.steps if isinstance(s, Launch) and s.entry == "kf_stats")
-        args = list(stats.args)
-        g_slot = 6 + 2  # six buffers, then N, C, G
-        assert args[g_slot].value == problem.G
-        args[g_slot] = type(args[g_slot])(problem.G // 2)
-        steps = tuple(dataclasses.replace(s, args=tuple(args)) if s is stats else s for s in plan.steps)
+        common, *rest = stats.args
+        assert common["G"].value == problem.G
+        args = (common.replace(G=I32(problem.G // 2)), *rest)
+        steps = tuple(dataclasses.replace(s, args=args) if s is stats else s for s in plan.steps)
         return dataclasses.replace(plan, steps=steps)
 
     monkeypatch.setattr(SOLVER, "launch_plan", wrong_groups)

@@ -221,3 +221,29 @@ def test_backend_without_device_raises_backend_error() -> None:
         assert "hip" in str(exc).lower()
     else:
         pytest.skip("a HIP device is present")
+
+
+# --- argument packing (no device): the parameter block hipModuleLaunchKernel gets ---------------------
+
+
+def test_hip_parameter_block_lays_out_structs_and_scalars_as_the_kernel_reads_them() -> None:
+    """A struct then two ints, as `kf_main(const kf_conv_args a, int split_stride, int rows)` takes them:
+    each at its C offset (the struct 8-aligned at 0, the ints right after it), pointers rebound in the
+    packed values reach the block at the next refresh."""
+    import ctypes
+
+    from factory import abi
+    from factory.backends.hip import pack_frame
+    from factory.ops.base import I32, Buf, Struct
+
+    args = (Struct("kf_probe_args", (("p", Buf("x")), ("n", I32(7)), ("m", I32(9)), ("q", I32(11)))), I32(5), I32(6))
+    packed = abi.pack(args)
+    prepared = pack_frame(packed.values)
+    raw = lambda: bytes(ctypes.string_at(ctypes.addressof(prepared.frame), ctypes.sizeof(prepared.frame)))
+    assert ctypes.sizeof(prepared.frame) == 32  # the struct: 8 + 3*4 bytes padded to 24; the ints at 24 and 28
+    expected = (0).to_bytes(8, "little") + b"".join(v.to_bytes(4, "little") for v in (7, 9, 11)) + bytes(4)
+    expected += (5).to_bytes(4, "little") + (6).to_bytes(4, "little")
+    assert raw() == expected
+    packed.bind({"x": 0x1234_5678_9ABC})
+    prepared.refresh()
+    assert raw()[:8] == (0x1234_5678_9ABC).to_bytes(8, "little")

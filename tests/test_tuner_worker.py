@@ -61,6 +61,9 @@ class FakeSolver:
     def tolerance(self, dtype: DType) -> Tolerance:
         return Tolerance(1e-6, 1e-6)
 
+    def random_inputs(self, problem: FakeProblem, rng: np.random.Generator) -> None:
+        return None  # uniform inputs, as OpModule's default
+
     def traffic(self, problem: FakeProblem) -> tuple[int, int]:
         return 2 * N * 4, N
 

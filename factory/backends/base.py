@@ -61,9 +61,10 @@ class CompiledBinary:
     log: str = ""
 
 
-# Kernel arguments are ctypes scalars, in the kernel's parameter order:
-# c_uint64 for device pointers, c_int32 / c_int64 / c_float for values.
-KernelArg = ctypes.c_uint64 | ctypes.c_int32 | ctypes.c_int64 | ctypes.c_float
+# Kernel arguments are ctypes values, in the kernel's parameter order: c_uint64 for device pointers,
+# c_int32 / c_int64 / c_float for values, a ctypes.Structure for an argument struct passed by value
+# (laid out as the C struct: see factory/abi.py).
+KernelArg = ctypes.c_uint64 | ctypes.c_int32 | ctypes.c_int64 | ctypes.c_float | ctypes.Structure
 
 
 class LoadedKernel(Protocol):

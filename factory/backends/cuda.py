@@ -266,6 +266,7 @@ class CudaBackend:
         self.launch_prepared(kernel, grid, block, self.prepare_args(args), shared_bytes, stream)
 
     def prepare_args(self, args: Sequence[KernelArg]) -> "PreparedArgs":
+        """cuLaunchKernel reads each parameter, a by-value struct included, from the address given for it."""
         values = list(args)
         addresses = np.array([ctypes.addressof(a) for a in values], dtype=np.uint64)
         return PreparedArgs(values, addresses, addresses.ctypes.data)

@@ -30,7 +30,7 @@ DEFAULT_OPTIONS: tuple[str, ...] = (
     "-Wno-pragma-once-outside-header",  # the prelude is inlined into the main file
 )
 PROGRAM_NAME = b"kernel.hip"
-_ARG_TYPES = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float)
+_ARG_TYPES = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float, ctypes.Structure)
 
 
 # Errors after which the device context is unusable for the rest of the process.
@@ -144,8 +144,38 @@ def _check_args(args: Sequence[KernelArg]) -> tuple[KernelArg, ...]:
     for i, arg in enumerate(args):
         if not isinstance(arg, _ARG_TYPES):
             kind = type(arg).__name__
-            raise TypeError(f"kernel argument {i} is {kind}, expected a ctypes scalar")
+            raise TypeError(f"kernel argument {i} is {kind}, expected a ctypes scalar or Structure")
     return tuple(args)
+
+
+@dataclass(frozen=True)
+class PreparedArgs:
+    """The kernel's parameter block: a ctypes.Structure with one field per argument, so each sits at
+    its C offset (natural alignment, as the kernarg segment lays parameters out); `copies` refresh it
+    from the argument values, whose pointers may be rebound between launches."""
+
+    values: tuple[KernelArg, ...]
+    frame: ctypes.Structure
+    copies: tuple[tuple[int, int, int], ...]  # (frame address, value address, bytes)
+
+    def refresh(self) -> None:
+        for dst, src, size in self.copies:
+            ctypes.memmove(dst, src, size)
+
+
+def pack_frame(args: Sequence[KernelArg]) -> PreparedArgs:
+    """The parameter block for `args` (hip-python's own packing aligns a struct by its size, capped at
+    8 bytes, not by its alignment; one Structure at offset 0 is copied byte for byte)."""
+    values = _check_args(args)
+    frame_type = type("kf_params", (ctypes.Structure,),
+                      {"_fields_": [(f"p{i}", type(v)) for i, v in enumerate(values)]})
+    frame = frame_type()
+    base = ctypes.addressof(frame)
+    copies = tuple((base + getattr(frame_type, f"p{i}").offset, ctypes.addressof(v), ctypes.sizeof(v))
+                   for i, v in enumerate(values))
+    prepared = PreparedArgs(values, frame, copies)
+    prepared.refresh()
+    return prepared
 
 
 class HipBackend:
@@ -217,21 +247,21 @@ class HipBackend:
     ) -> None:
         self.launch_prepared(kernel, grid, block, self.prepare_args(args), shared_bytes, stream)
 
-    def prepare_args(self, args: Sequence[KernelArg]) -> tuple[KernelArg, ...]:
-        """hip-python packs the ctypes values at each launch, so the checked tuple is the prepared form."""
-        return _check_args(args)
+    def prepare_args(self, args: Sequence[KernelArg]) -> PreparedArgs:
+        return pack_frame(args)
 
     def launch_prepared(
         self,
         kernel: HipKernel,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
-        prepared: tuple[KernelArg, ...],
+        prepared: PreparedArgs,
         shared_bytes: int = 0,
         stream: int = 0,
     ) -> None:
-        # A tuple of ctypes values as `extra` makes hip-python pack them, naturally aligned, into
-        # one argument buffer passed with HIP_LAUNCH_PARAM_BUFFER_POINTER.
+        # A tuple holding one ctypes.Structure as `extra` makes hip-python copy its bytes into the
+        # argument buffer passed with HIP_LAUNCH_PARAM_BUFFER_POINTER.
+        prepared.refresh()
         _call(
             f"hipModuleLaunchKernel({kernel.name})",
             self._hip.hipModuleLaunchKernel,
@@ -241,7 +271,7 @@ class HipBackend:
             shared_bytes,
             stream or None,
             None,
-            prepared,
+            (prepared.frame,),
         )
 
     # Memory ------------------------------------------------------------------------------------

@@ -58,7 +58,47 @@ class F32:
     value: float
 
 
-LaunchArg = Union[Buf, I32, F32]
+Field = Union[Buf, I32, F32]
+
+
+@dataclass(frozen=True)
+class Struct:
+    """One argument struct passed by value: the kernel ABI (templates/common/args.h).
+
+    `ctype` names the C struct; `fields` are its members in declaration order. Kernels take a few
+    of these instead of dozens of scalars, so the C declaration and the Python side that fills it
+    are each written once; tests/test_catalog.py checks that the two agree field by field.
+    """
+
+    ctype: str
+    fields: tuple[tuple[str, Field], ...]
+
+    def __getitem__(self, name: str) -> Field:
+        for field, value in self.fields:
+            if field == name:
+                return value
+        raise KeyError(f"{self.ctype} has no field {name!r}")
+
+    def replace(self, **values: Field) -> "Struct":
+        """A copy with some fields' values replaced (names must exist)."""
+        unknown = set(values) - {f for f, _ in self.fields}
+        if unknown:
+            raise KeyError(f"{self.ctype} has no fields {sorted(unknown)}")
+        return Struct(self.ctype, tuple((f, values.get(f, v)) for f, v in self.fields))
+
+
+LaunchArg = Union[Buf, I32, F32, Struct]
+
+
+def buffers_of(args: Sequence[LaunchArg]) -> list[Buf]:
+    """Every buffer a launch's arguments name, struct fields included, in parameter order."""
+    found: list[Buf] = []
+    for arg in args:
+        if isinstance(arg, Struct):
+            found += [v for _, v in arg.fields if isinstance(v, Buf)]
+        elif isinstance(arg, Buf):
+            found.append(arg)
+    return found
 
 
 @dataclass(frozen=True)

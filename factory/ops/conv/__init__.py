@@ -13,7 +13,7 @@ import enum
 from typing import Any, Mapping, Sequence
 
 from ...problem import ConvProblem, DType, Layout, Scalar, parse_conv_problem
-from ..base import I32, Buf, LaunchArg, OpModule, Role, TensorSpec
+from ..base import I32, Buf, OpModule, Role, Struct, TensorSpec
 from . import layouts as cl
 
 INT32_LIMIT = 2**31 - 1
@@ -116,18 +116,38 @@ class ConvOp(OpModule[ConvProblem]):
         return logical.permute([t.logical.index(d) for d in t.dims]).contiguous()
 
 
-def kernel_args(tensor_names: Mapping[str, ConvTensor], problem: ConvProblem,
-                buffers: Mapping[str, str] | None = None) -> tuple[LaunchArg, ...]:
-    """Every conv kernel's leading arguments: its three tensors' pointers, then the geometry.
+# The conv argument struct (templates/common/args.h, kf_conv_args): pointers first (natural alignment
+# without padding), then the geometry in the order geometry_ints gives it.
+CONV_ARGS = "kf_conv_args"
+POINTER_FIELDS = {ConvTensor.ACTIVATION_IN: "in", ConvTensor.ACTIVATION_OUT: "out", ConvTensor.WEIGHT: "wei"}
+GEOMETRY_FIELDS = (
+    "N", "G", "C", "K",
+    "Di", "Hi", "Wi", "Do", "Ho", "Wo", "Z", "Y", "X",
+    "sd", "sh", "sw", "pd", "ph", "pw", "dd", "dh", "dw",
+    "in_n", "in_g", "in_c", "in_d", "in_h", "in_w",
+    "out_n", "out_g", "out_k", "out_d", "out_h", "out_w",
+    "wei_g", "wei_k", "wei_c", "wei_z", "wei_y", "wei_x",
+)
 
-    `buffers` redirects a tensor to another buffer (the written tensor to a workspace, say).
-    Order: pointers in `tensor_names` order; N, G, C, K; input, output and filter sizes, stride, pad
-    and dilation as (D, H, W); element strides of the input activation (N, G, C, D, H, W), of the
-    output activation (N, G, K, D, H, W) and of the weight (G, K, C, Z, Y, X).
+
+def kernel_args(tensor_names: Mapping[str, ConvTensor], problem: ConvProblem,
+                buffers: Mapping[str, str] | None = None) -> Struct:
+    """Every conv kernel's argument struct: its three tensors' pointers, then the geometry.
+
+    The pointers are named by the convolution tensor they are (`in`, `out`, `wei`), whatever the op
+    calls it; `buffers` redirects a tensor to another buffer (the written tensor to a workspace, say).
+    Geometry: N, G, C, K; input, output and filter sizes, stride, pad and dilation as (D, H, W);
+    element strides of the input activation (N, G, C, D, H, W), of the output activation
+    (N, G, K, D, H, W) and of the weight (G, K, C, Z, Y, X). A kernel's own extra arguments follow
+    the struct as plain parameters.
     """
     buffers = buffers or {}
-    pointers = tuple(Buf(buffers.get(name, name)) for name in tensor_names)
-    return pointers + tuple(I32(v) for v in geometry_ints(problem))
+    by_tensor = {which: name for name, which in tensor_names.items()}
+    if set(by_tensor) != set(ConvTensor):
+        raise ValueError(f"a conv op names all three conv tensors, got {dict(tensor_names)}")
+    pointers = tuple((POINTER_FIELDS[w], Buf(buffers.get(by_tensor[w], by_tensor[w]))) for w in ConvTensor)
+    ints = geometry_ints(problem)
+    return Struct(CONV_ARGS, pointers + tuple((f, I32(v)) for f, v in zip(GEOMETRY_FIELDS, ints, strict=True)))
 
 
 def explicit_padding(x: Any, problem: ConvProblem) -> tuple[Any, list[int]]:
@@ -171,4 +191,4 @@ def too_large(problem: ConvProblem) -> str | None:
     return None
 
 
-__all__: Sequence[str] = ("ConvOp", "ConvTensor", "cl", "cpp_type", "geometry_ints", "kernel_args", "physical", "too_large")
+__all__: Sequence[str] = ("CONV_ARGS", "ConvOp", "ConvTensor", "GEOMETRY_FIELDS", "POINTER_FIELDS", "cl", "cpp_type", "geometry_ints", "kernel_args", "physical", "too_large")

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, Scalar
-from ..base import I32, Buf, Family, Launch, LaunchPlan, Memset
+from ..base import I32, Buf, Family, Launch, LaunchPlan, Memset, Struct
 from ..conv import ConvTensor, cpp_type, kernel_args, too_large
 from ..conv import layouts as cl
 
@@ -22,6 +22,16 @@ UP_TO_2D = frozenset(cell for cell in ALL_CELLS if cell[2] in (1, 2))
 # The op's tensors in kernel-argument order, and the one it writes.
 TENSORS = {"input": ConvTensor.ACTIVATION_IN, "grad_output": ConvTensor.ACTIVATION_OUT, "grad_weight": ConvTensor.WEIGHT}
 OUTPUT = "grad_weight"
+
+
+SPLITK_ARGS = "kf_splitk_args"  # templates/common/args.h
+
+
+def splitk_args(workspace: str, dst: str, total: int, splits: int, split_stride: int) -> Struct:
+    """The split-K finishing kernel's argument struct: sum `splits` partials of `total` accumulators,
+    `split_stride` apart in `workspace`, into `dst` in its storage type."""
+    return Struct(SPLITK_ARGS, (("ws", Buf(workspace)), ("dst", Buf(dst)), ("total", I32(total)),
+                                ("splits", I32(splits)), ("split_stride", I32(split_stride))))
 
 
 class Reduction(enum.Enum):
@@ -90,8 +100,9 @@ class BwdWeightFamily(Family[Any, ConvProblem]):
         return {}
 
     @abstractmethod
-    def main_launch(self, params: Any, problem: ConvProblem, target: DeviceTarget, args: tuple, wei_numel: int) -> Launch:
-        """The family's kernel, given the leading conv arguments (written tensor redirected as needed)."""
+    def main_launch(self, params: Any, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
+        """The family's kernel, given the conv argument struct (written tensor redirected as needed); the
+        family's own arguments follow it as plain parameters, split_stride (wei_numel) among them."""
 
     def launch_plan(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
         wei_numel = math.prod(problem.weight_shape_logical)
@@ -114,7 +125,7 @@ class BwdWeightFamily(Family[Any, ConvProblem]):
         if dst == "workspace":
             n_sum = splits if red is Reduction.TWOSTAGE else 1
             steps.append(Launch("kf_finalize", (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1),
-                                (Buf("workspace"), Buf(OUTPUT), I32(wei_numel), I32(n_sum), I32(wei_numel))))
+                                (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel),)))
         return LaunchPlan(tuple(steps), workspace)
 
     def reduction_penalty(self, params: Any) -> float:

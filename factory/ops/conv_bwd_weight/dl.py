@@ -13,7 +13,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import I32, Launch
+from ..base import I32, Launch, Struct
 from ..conv import layouts as cl
 from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, fill_score, reduction_length
 
@@ -83,11 +83,11 @@ class Dl(BwdWeightFamily):
         return {"wei_c_inner": int(layout.weight_order.endswith("C")),
                 "a_m_fastest": channels_last, "b_j_fastest": channels_last}
 
-    def main_launch(self, p: DlParams, problem: ConvProblem, target: DeviceTarget, args: tuple, wei_numel: int) -> Launch:
+    def main_launch(self, p: DlParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         tiles = _tiles(p, problem)
         r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
         return Launch("kf_main", (tiles, problem.G, p.split_k), (p.threads, 1, 1),
-                      args + (I32(r_per_split), I32(wei_numel)))
+                      (args, I32(r_per_split), I32(wei_numel)))
 
     def heuristic_score(self, p: DlParams, problem: ConvProblem, target: DeviceTarget) -> float:
         blocks = _tiles(p, problem) * problem.G * p.split_k

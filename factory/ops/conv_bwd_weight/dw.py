@@ -10,7 +10,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import I32, Launch
+from ..base import I32, Launch, Struct
 from .common import (
     GRID_Y_LIMIT,
     BwdWeightFamily,
@@ -82,9 +82,9 @@ class Dw(BwdWeightFamily):
             return "split exceeds the grid"
         return None
 
-    def main_launch(self, p: DwParams, problem: ConvProblem, target: DeviceTarget, args: tuple, wei_numel: int) -> Launch:
+    def main_launch(self, p: DwParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         return Launch("kf_main", (lane_blocks(p, problem), p.split_k, 1), (p.threads_lane, p.threads_pos, 1),
-                      args + (I32(0), I32(wei_numel)))
+                      (args, I32(wei_numel)))
 
     base_score = 2.0
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import I32, Launch
+from ..base import I32, Launch, Struct
 from .common import UP_TO_2D, BwdWeightFamily, Reduction, check_lane_block, lanes_only_channels_last
 from .dw import Dw, lane_blocks
 
@@ -112,8 +112,8 @@ class Dwt(Dw):
             return f"split {p.split_k} exceeds the {tiles} output tiles"
         return None
 
-    def main_launch(self, p: DwtParams, problem: ConvProblem, target: DeviceTarget, args: tuple, wei_numel: int) -> Launch:
+    def main_launch(self, p: DwtParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         rows, cols = p.window(problem)
         dynamic, _ = p.shared_bytes(problem, target.wave_size)
         return Launch("kf_main", (lane_blocks(p, problem), p.split_k, 1), (p.threads_lane, p.threads_pos, 1),
-                      args + (I32(0), I32(wei_numel), I32(rows), I32(cols)), shared_bytes=dynamic)
+                      (args, I32(wei_numel), I32(rows), I32(cols)), shared_bytes=dynamic)

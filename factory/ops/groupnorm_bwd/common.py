@@ -7,7 +7,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import DType, Layout, Scalar
-from ..base import Family
+from ..base import F32, I32, Buf, Family, Struct
 from .problem import GroupNormProblem
 
 INT32_LIMIT = 2**31 - 1
@@ -21,6 +21,24 @@ _CPP = {Scalar.F16: "f16_t", Scalar.BF16: "bf16_t", Scalar.F32: "float"}
 def affine_buffers(problem: GroupNormProblem) -> tuple[str, str, str]:
     """gamma, dgamma, dbeta buffers; without gamma the kernels never touch them, so any bound buffer fills the slots."""
     return ("gamma", "dgamma", "dbeta") if problem.affine else ("x", "dx", "dx")
+
+
+GN_ARGS = "kf_gn_args"  # templates/common/args.h
+
+
+def gn_args(problem: GroupNormProblem) -> Struct:
+    """Every GroupNorm kernel's argument struct: all nine buffers (pointers first), the sizes, 1/(D*S).
+
+    Each kernel reads the fields it needs; a family's own arguments (tiles, segments) follow the
+    struct as a second struct or plain parameters.
+    """
+    gamma, dgamma, dbeta = affine_buffers(problem)
+    buffers = (("x", "x"), ("dy", "dy"), ("mean", "mean"), ("rstd", "rstd"), ("gamma", gamma), ("dx", "dx"),
+               ("dgamma", dgamma), ("dbeta", dbeta), ("ws", "workspace"))
+    sizes = (("N", problem.N), ("C", problem.C), ("G", problem.G), ("D", problem.per_group),
+             ("S", problem.spatial), ("affine", int(problem.affine)))
+    return Struct(GN_ARGS, tuple((f, Buf(b)) for f, b in buffers) + tuple((f, I32(v)) for f, v in sizes)
+                  + (("inv_m", F32(1.0 / (problem.per_group * problem.spatial))),))
 
 
 class GroupNormFamily(Family[Any, GroupNormProblem]):

@@ -12,8 +12,8 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import Layout
-from ..base import F32, I32, Buf, Launch, LaunchPlan
-from .common import CELLS, GroupNormFamily, affine_buffers
+from ..base import I32, Launch, LaunchPlan
+from .common import CELLS, GroupNormFamily, gn_args
 from .problem import GroupNormProblem
 
 FINISH_THREADS = 256  # per-sample span: threads per block of the dgamma/dbeta launch
@@ -90,17 +90,15 @@ class Group(GroupNormFamily):
     def launch_plan(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> LaunchPlan:
         """G blocks (per group) or N*G blocks and a finishing launch over the channels (per sample)."""
         N, C, G = problem.N, problem.C, problem.G
-        gamma, dgamma, dbeta = affine_buffers(problem)
         segs, seg_len = group_segments(params, problem)
-        args = (Buf("x"), Buf("dy"), Buf("mean"), Buf("rstd"), Buf(gamma), Buf("dx"), Buf(dgamma), Buf(dbeta),
-                Buf("workspace"), *(I32(v) for v in (N, C, G, problem.per_group, problem.spatial, int(problem.affine))),
-                F32(1.0 / (problem.per_group * problem.spatial)), I32(segs), I32(seg_len))
+        common = gn_args(problem)
+        args = (common, I32(segs), I32(seg_len))
         if params.span is Span.PER_GROUP:
             return LaunchPlan((Launch("kf_group", (G, 1, 1), (params.threads, 1, 1), args),), 0)
         steps = [Launch("kf_group", (N * G, 1, 1), (params.threads, 1, 1), args)]
         if problem.affine:
             steps.append(Launch("kf_group_finish", (math.ceil(C / FINISH_THREADS), 1, 1), (FINISH_THREADS, 1, 1),
-                                (Buf("workspace"), Buf(dgamma), Buf(dbeta), I32(N), I32(C))))
+                                (common,)))
         return LaunchPlan(tuple(steps), 4 * 2 * N * C if problem.affine else 0)
 
     def heuristic_score(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> float:

@@ -16,8 +16,8 @@ from typing import Any
 
 from ...device import DEFAULT_TARGET, DeviceTarget
 from ...problem import Layout
-from ..base import F32, I32, Buf, Launch, LaunchPlan, Memset
-from .common import INT32_LIMIT, GroupNormFamily, affine_buffers
+from ..base import I32, Launch, LaunchPlan, Memset, Struct
+from .common import INT32_LIMIT, GroupNormFamily, gn_args
 from .problem import GroupNormProblem
 
 FINISH_BLOCK = (32, 8, 1)  # twostage finishing kernel: one 32-lane row per (n, g) or 32 channels per block
@@ -127,6 +127,15 @@ def geometry(params: StreamParams, problem: GroupNormProblem, target: DeviceTarg
     return Geometry(lanes, rows, chunk, splits, tiles, unsplit * splits)
 
 
+GN_TILES = "kf_gn_tiles"  # templates/common/args.h
+
+
+def tiles_args(geo: Geometry) -> Struct:
+    """The streaming kernels' second struct: how the grid tiles the problem (see Geometry)."""
+    return Struct(GN_TILES, (("lanes", I32(geo.lanes)), ("rows", I32(geo.rows)), ("chunk", I32(geo.chunk)),
+                             ("splits", I32(geo.splits)), ("tiles", I32(geo.tiles))))
+
+
 class StreamFamily(GroupNormFamily):
     """The shared part of `threepass` and `fused`: geometry, workspace, the sizes every pass takes."""
 
@@ -148,25 +157,18 @@ class StreamFamily(GroupNormFamily):
     def launch_plan(self, params: Any, problem: GroupNormProblem, target: DeviceTarget) -> LaunchPlan:
         geo = geometry(params, problem, target)
         zeroed, total = self.workspace_floats(params, problem, geo)
-        gamma, dgamma, dbeta = affine_buffers(problem)
-        sizes = tuple(I32(v) for v in (
-            problem.N, problem.C, problem.G, problem.per_group, problem.spatial,
-            geo.lanes, geo.rows, geo.chunk, geo.splits, geo.tiles, int(problem.affine),
-        ))
-        reads = (Buf("x"), Buf("dy"), Buf("mean"), Buf("rstd"), Buf(gamma), Buf("workspace"))
+        args = (gn_args(problem), tiles_args(geo))
 
-        def stream(entry: str, *args: Any) -> Launch:
+        def stream(entry: str) -> Launch:
             return Launch(entry, (geo.blocks, 1, 1), geo.block, args)
 
-        dx = stream("kf_dx", *reads, Buf("dx"), Buf(dgamma), Buf(dbeta), *sizes,
-                    F32(1.0 / (problem.per_group * problem.spatial)))
-        steps = self.passes(params, problem, geo, reads, sizes, zeroed, stream) + [dx]
+        steps = self.passes(params, problem, geo, args, zeroed, stream) + [stream("kf_dx")]
         return LaunchPlan(tuple(steps), 4 * total)
 
     @abstractmethod
-    def passes(self, params: Any, problem: GroupNormProblem, geo: Geometry, reads: tuple, sizes: tuple,
-               zeroed: int, stream: Any) -> list:
-        """The steps before the dx pass."""
+    def passes(self, params: Any, problem: GroupNormProblem, geo: Geometry, args: tuple, zeroed: int,
+               stream: Any) -> list:
+        """The steps before the dx pass; `args` are every streaming kernel's (gn_args, tiles_args)."""
 
     def heuristic_score(self, params: Any, problem: GroupNormProblem, target: DeviceTarget) -> float:
         geo = geometry(params, problem, target)
@@ -186,11 +188,11 @@ class ThreePass(StreamFamily):
     description = "per-channel sums, per-(n, g) sums, then dx: three reads of x and dy"
     fused = False
 
-    def passes(self, params, problem, geo, reads, sizes, zeroed, stream) -> list:
+    def passes(self, params, problem, geo, args, zeroed, stream) -> list:
         steps: list = [Memset("workspace", 4 * zeroed)]
         if problem.affine:
-            steps.append(stream("kf_channel", *reads, *sizes))
-        return steps + [stream("kf_group", *reads, *sizes)]
+            steps.append(stream("kf_channel"))
+        return steps + [stream("kf_group")]
 
 
 class Fused(StreamFamily):
@@ -200,13 +202,11 @@ class Fused(StreamFamily):
     description = "per-(n, c) sums in one read of x and dy, then dx: two reads"
     fused = True
 
-    def passes(self, params, problem, geo, reads, sizes, zeroed, stream) -> list:
+    def passes(self, params, problem, geo, args, zeroed, stream) -> list:
         if params.finish is Finish.ATOMIC:
-            return [Memset("workspace", 4 * zeroed), stream("kf_stats", *reads, *sizes)]
-        gamma, dgamma, dbeta = affine_buffers(problem)
+            return [Memset("workspace", 4 * zeroed), stream("kf_stats")]
         blocks = math.ceil(problem.N * problem.G / FINISH_BLOCK[1])
         if problem.affine:
             blocks += math.ceil(problem.C / FINISH_BLOCK[0])
-        finish = Launch("kf_finish", (blocks, 1, 1), FINISH_BLOCK,
-                        (Buf("mean"), Buf("rstd"), Buf(gamma), Buf("workspace"), Buf(dgamma), Buf(dbeta), *sizes))
-        return [stream("kf_stats", *reads, *sizes), finish]
+        finish = Launch("kf_finish", (blocks, 1, 1), FINISH_BLOCK, args)
+        return [stream("kf_stats"), finish]

@@ -1,0 +1,370 @@
+"""conv_bwd_weight kernels run on the host (kernel_emulator) against the numpy reference, without a GPU.
+
+A table of small problems, each naming a family, a split-K reduction and sometimes a shape of block
+(lanes along groups, wide vectors), together reach every family, every reduction of it, the four
+layouts, the five dtypes and the ranks each family supports, with odd sizes (C=3, 7x5, stride 2,
+dilation 2, pad 0, N=1). The instance of a case is picked deterministically among those `lookup`
+finds for its problem: a hash of the case's name indexes the sorted candidates, so the cases spread
+over the catalog's tuning points rather than all taking the first. The libraries are compiled in
+parallel before the first case runs. Further tests show that the checks can fail: a broken launch
+plan, and kernels that misuse shared memory, barriers, shuffles or alignment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import kernel_emulator
+from factory.catalog import Instance
+from factory.ops.base import Launch, Memset
+from factory.ops.conv_bwd_weight import SOLVER, Reduction
+from factory.problem import ConvProblem, DType, Layout
+from factory.selector import lookup
+
+pytestmark = pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
+
+L, D = Layout, DType
+Pick = Callable[[Any], bool]
+
+
+def wide(p: Any) -> bool:
+    """Threads along adjacent groups (channels-last depthwise blocks) with vector loads."""
+    return p.threads_lane > 1 and p.vector > 1
+
+
+def one_lane(p: Any) -> bool:
+    return p.threads_lane == 1
+
+
+def vectorized(p: Any) -> bool:
+    return p.vector > 1
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    family: str
+    layout: Layout
+    dtype: DType
+    spec: str
+    reduction: Reduction
+    pick: Pick | None = None  # a property the picked tuning point must have
+
+    @property
+    def problem(self) -> ConvProblem:
+        return SOLVER.parse_problem(self.spec, self.layout, self.dtype)
+
+
+R = Reduction
+CASES = [
+    # dl: portable implicit GEMM, every layout, dtype and rank.
+    Case("dl-nhwgc-fp16-2d-vec", "dl", L.NHWGC, D.FP16, "N=2,G=2,C=4,K=8,input=9x7,filter=3x3,pad=1", R.TWOSTAGE, vectorized),
+    Case("dl-ngchw-bf16-2d-c3-s2-p0", "dl", L.NGCHW, D.BF16, "N=1,G=2,C=3,K=5,input=15x11,filter=3x3,stride=2,pad=0", R.DIRECT),
+    Case("dl-gkyxc-fp32-3d", "dl", L.NGCHW_GKYXC, D.FP32, "N=2,G=1,C=3,K=4,input=5x6x7,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("dl-gnhwc-int8-1d-d2-vec", "dl", L.GNHWC, D.INT8, "N=2,G=3,C=8,K=4,input=75,filter=5,pad=2,dilation=2", R.ATOMIC, vectorized),
+    Case("dl-nhwgc-bf16w-3d-s2", "dl", L.NHWGC, D.BF16_FP32W, "N=1,G=2,C=2,K=6,input=8x7x9,filter=2x3x3,stride=2x1x2,pad=0x1x1", R.TWOSTAGE),
+    Case("dl-ngchw-fp16-1d", "dl", L.NGCHW, D.FP16, "N=3,G=2,C=5,K=3,input=50,filter=3,pad=1", R.ATOMIC),
+    Case("dl-gnhwc-fp32-2d-c3-d2-n1", "dl", L.GNHWC, D.FP32, "N=1,G=3,C=3,K=3,input=9x8,filter=3x3,pad=2,dilation=2", R.DIRECT),
+    # dw: few channels per group; lanes along groups (NHWGC) or threads along positions (any layout).
+    Case("dw-nhwgc-fp16-2d-wide", "dw", L.NHWGC, D.FP16, "N=2,G=64,C=1,K=1,input=16x16,filter=3x3,pad=1", R.TWOSTAGE, wide),
+    Case("dw-ngchw-bf16-2d-7x5", "dw", L.NGCHW, D.BF16, "N=1,G=2,C=2,K=3,input=7x5,filter=3x3,pad=1", R.DIRECT),
+    Case("dw-gkyxc-int8-3d", "dw", L.NGCHW_GKYXC, D.INT8, "N=1,G=2,C=1,K=2,input=12x12x14,filter=3x3x3,pad=1", R.TWOSTAGE),
+    Case("dw-gnhwc-fp32-1d-c2", "dw", L.GNHWC, D.FP32, "N=2,G=3,C=2,K=2,input=999,filter=5,pad=2", R.ATOMIC),
+    Case("dw-nhwgc-bf16w-3d-n1", "dw", L.NHWGC, D.BF16_FP32W, "N=1,G=32,C=1,K=1,input=8x8x9,filter=3x3x3,pad=1", R.ATOMIC, wide),
+    # dwt: depthwise, input windows staged in dynamic shared memory.
+    Case("dwt-nhwgc-fp16-2d-wide", "dwt", L.NHWGC, D.FP16, "N=43,G=32,C=1,K=1,input=8x15,filter=3x3,pad=1", R.TWOSTAGE, wide),
+    Case("dwt-ngchw-bf16-2d-s2-p0", "dwt", L.NGCHW, D.BF16, "N=2,G=3,C=1,K=1,input=37x23,filter=3x3,stride=2,pad=0", R.TWOSTAGE),
+    Case("dwt-gkyxc-int8-1d-d2", "dwt", L.NGCHW_GKYXC, D.INT8, "N=2,G=2,C=1,K=1,input=1031,filter=7,pad=3,dilation=2", R.ATOMIC),
+    Case("dwt-gnhwc-fp32-2d-5x5-n1", "dwt", L.GNHWC, D.FP32, "N=1,G=2,C=1,K=1,input=33x40,filter=5x5,pad=2", R.ATOMIC),
+    Case("dwt-nhwgc-bf16w-1d-d2-wide", "dwt", L.NHWGC, D.BF16_FP32W, "N=128,G=32,C=1,K=1,input=70,filter=5,pad=4,dilation=2", R.ATOMIC, wide),
+    # dwr: depthwise, filter/stride/dilation compiled in, register blocks.
+    Case("dwr-nhwgc-fp16-2d-wide", "dwr", L.NHWGC, D.FP16, "N=50,G=32,C=1,K=1,input=7x11,filter=3x3,pad=1", R.TWOSTAGE, wide),
+    Case("dwr-ngchw-fp32-2d-5x5-s2", "dwr", L.NGCHW, D.FP32, "N=2,G=2,C=1,K=1,input=39x79,filter=5x5,stride=2,pad=2", R.TWOSTAGE),
+    Case("dwr-gkyxc-bf16-1d-f15", "dwr", L.NGCHW_GKYXC, D.BF16, "N=4,G=3,C=1,K=1,input=1540,filter=15,pad=7", R.ATOMIC),
+    Case("dwr-gnhwc-int8-2d-d2", "dwr", L.GNHWC, D.INT8, "N=2,G=1,C=1,K=1,input=62x248,filter=3x3,pad=2,dilation=2", R.ATOMIC),
+    Case("dwr-nhwgc-bf16w-1d-wide", "dwr", L.NHWGC, D.BF16_FP32W, "N=2,G=64,C=1,K=1,input=2024,filter=3,pad=1", R.ATOMIC, wide),
+]
+
+
+def pick_instance(case: Case) -> Instance:
+    """The case's instance: among lookup's candidates of its family, reduction and property, the one a
+    hash of the case name indexes (stable across runs and machines)."""
+    candidates = sorted(
+        (i for i in lookup(case.problem)
+         if i.family == case.family and i.params.reduction is case.reduction
+         and (case.pick is None or case.pick(i.params))),
+        key=lambda i: i.name,
+    )
+    assert candidates, f"{case.id}: no {case.family}/{case.reduction.value} instance computes {case.spec}"
+    return candidates[zlib.crc32(case.id.encode()) % len(candidates)]
+
+
+@pytest.fixture(scope="module")
+def picked() -> dict[str, Instance]:
+    """Every case's instance, their libraries compiled in parallel up front."""
+    chosen = {case.id: pick_instance(case) for case in CASES}
+    kernel_emulator.prebuild([(chosen[c.id], c.problem) for c in CASES])
+    return chosen
+
+
+def test_cases_reach_every_family_reduction_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:
+    """The table is the coverage claim; this keeps it true when cases or catalogs change."""
+    seen = {(case.family, picked[case.id].params.reduction) for case in CASES}
+    families = SOLVER.families
+    for family in families:
+        for reduction in Reduction:
+            exists = any(i.family == family and i.params.reduction is reduction for i in _catalog())
+            assert not exists or (family, reduction) in seen, f"no case runs {family} with {reduction.value}"
+        cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}
+        ranks = {n for (_, _, n) in SOLVER.supported_cells(family)}
+        assert {l for l, _, _ in cells} == set(Layout), family
+        assert {d for _, d, _ in cells} == set(DType), family
+        assert {n for _, _, n in cells} == ranks, family
+    # Dynamic shared memory, lanes along groups with vector loads, and both reductions' extra passes ran.
+    assert any(_has_dynamic_shared(picked[c.id], c.problem) for c in CASES)
+    assert sum(1 for c in CASES if c.pick is wide) >= 4
+
+
+def _catalog() -> list[Instance]:
+    from factory.catalog import select_instances
+
+    return select_instances(SOLVER.op)
+
+
+def _has_dynamic_shared(inst: Instance, problem: ConvProblem) -> bool:
+    plan = SOLVER.launch_plan(inst.family, inst.params, problem)
+    return any(isinstance(s, Launch) and s.shared_bytes > 0 for s in plan.steps)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_emulated_conv_matches_reference(case: Case, picked: dict[str, Instance]) -> None:
+    inst = picked[case.id]
+    verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
+    assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+
+
+# --- the checks can fail: broken launch plans --------------------------------------------------------------
+def _case(case_id: str) -> Case:
+    return next(c for c in CASES if c.id == case_id)
+
+
+def _fewer_finalize_splits(plan: Any) -> Any:
+    """The second stage sums one split fewer than the main kernel wrote."""
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_finalize":
+            args = list(step.args)
+            assert args[3].value > 1
+            args[3] = dataclasses.replace(args[3], value=args[3].value - 1)  # (ws, dst, total, splits, stride)
+            return dataclasses.replace(step, args=tuple(args))
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+def _no_memset(plan: Any) -> Any:
+    """Atomics accumulate onto whatever the accumulator held (the poison) instead of zeros."""
+    assert any(isinstance(s, Memset) for s in plan.steps)
+    return dataclasses.replace(plan, steps=tuple(s for s in plan.steps if not isinstance(s, Memset)))
+
+
+def _half_the_splits(plan: Any) -> Any:
+    """The implicit GEMM's grid lacks the second half of its reduction splits (grid z). (Not just the
+    last: rounding each split's range up to whole block_k chunks can leave the last one empty.)"""
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_main":
+            gx, gy, gz = step.grid
+            assert gz > 1
+            return dataclasses.replace(step, grid=(gx, gy, gz // 2))
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+def _half_shared(plan: Any) -> Any:
+    """The tile kernel gets half the dynamic shared memory its input windows need."""
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.shared_bytes:
+            return dataclasses.replace(step, shared_bytes=step.shared_bytes // 2)
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+BROKEN = [
+    ("dl-nhwgc-fp16-2d-vec", _fewer_finalize_splits, "grad_weight"),
+    ("dl-gnhwc-int8-1d-d2-vec", _no_memset, "integers differ"),
+    ("dw-gnhwc-fp32-1d-c2", _no_memset, "not finite"),
+    ("dl-gkyxc-fp32-3d", _half_the_splits, "grad_weight"),
+    ("dwt-ngchw-bf16-2d-s2-p0", _half_shared, "dynamic shared memory overrun"),
+]
+
+
+@pytest.mark.parametrize("case_id, breakage, says", BROKEN, ids=lambda v: getattr(v, "__name__", v))
+def test_emulator_catches_a_broken_launch_plan(case_id: str, breakage: Callable[[Any], Any], says: str,
+                                               picked: dict[str, Instance], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same instance and problem that pass above fail once their launch plan is wrong."""
+    case = _case(case_id)
+    inst = picked[case_id]
+    assert kernel_emulator.check_instance(inst, case.problem).ok
+    right = kernel_emulator._plan
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: breakage(right(i, p)))
+    verdict = kernel_emulator.check_instance(inst, case.problem)
+    assert not verdict.ok and says in verdict.message, verdict.message
+
+
+# --- the emulator behaves as a GPU would for these constructs -----------------------------------------------
+PROBES = r"""
+#include "prelude.h"
+// Each thread publishes its index in shared memory and reads its neighbour's, with or without a barrier.
+extern "C" __global__ void neighbour(int* out, int sync) {
+  __shared__ int s[64];
+  const int t = threadIdx.x;
+  s[t] = t;
+  if (sync) __syncthreads();
+  out[blockIdx.x * 64 + t] = s[(t + 1) % 64];
+}
+// Reads a shared array no thread wrote.
+extern "C" __global__ void unwritten(int* out) {
+  __shared__ int s[64];
+  out[threadIdx.x] = s[threadIdx.x];
+}
+// Warp sums of the lane index with shuffles: every lane of warp w gets sum(32w .. 32w+31).
+extern "C" __global__ void warp_sums(int* out) {
+  out[threadIdx.x] = kf_warp_sum((int)threadIdx.x);
+}
+// Half the warp shuffles while the other half waits at a block barrier: hangs on a GPU.
+extern "C" __global__ void divergent(int* out) {
+  if (threadIdx.x < 16) out[threadIdx.x] = kf_shfl_xor((int)threadIdx.x, 1);
+  __syncthreads();
+}
+// A 16-byte vector load `offset` floats past a 256-byte aligned pointer.
+extern "C" __global__ void vector_load(const float* in, float* out, int offset) {
+  const kf_vec<float, 4> v = *reinterpret_cast<const kf_vec<float, 4>*>(in + offset);
+  out[threadIdx.x] = v.v[threadIdx.x % 4];
+}
+// Every thread of every block adds 1 to one float and one int accumulator.
+extern "C" __global__ void count(float* f, int* i) {
+  atomicAdd(f, 1.0f);
+  atomicAdd(i, 1);
+}
+// Fills `n` bytes of dynamic shared memory, then sums them back.
+extern "C" __global__ void fill_dynamic(int* out, int n) {
+  extern __shared__ unsigned char dyn[];
+  for (int e = threadIdx.x; e < n; e += blockDim.x) dyn[e] = 1;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int s = 0;
+    for (int e = 0; e < n; ++e) s += dyn[e];
+    out[blockIdx.x] = s;
+  }
+}
+"""
+PROBE_ENTRIES = ["neighbour", "unwritten", "warp_sums", "divergent", "vector_load", "count", "fill_dynamic"]
+
+
+@pytest.fixture(scope="module")
+def probes() -> ctypes.CDLL:
+    from factory.resources import templates_dir
+
+    prelude = (templates_dir() / "common" / "prelude.h").read_text()
+    source = PROBES.replace('#include "prelude.h"', prelude)
+    return ctypes.CDLL(str(kernel_emulator.compile_source(source, PROBE_ENTRIES, "emulator probes")))
+
+
+def _launch(lib: ctypes.CDLL, entry: str, grid: int, block: int, args: tuple, shared: int = 0,
+            **buffers: np.ndarray) -> None:
+    plan = kernel_emulator.LaunchPlan((Launch(entry, (grid, 1, 1), (block, 1, 1), args, shared),))
+    kernel_emulator.run_plan(lib, plan, buffers)
+
+
+def _device(memory: kernel_emulator.DeviceMemory, name: str, count: int, dtype: Any) -> np.ndarray:
+    return memory.alloc(name, count * np.dtype(dtype).itemsize, 0).view(dtype)
+
+
+def test_barriers_order_shared_memory_and_a_missing_one_is_seen(probes: ctypes.CDLL) -> None:
+    """With the barrier every thread reads its neighbour's index; without it, in both scheduling
+    orders (even and odd blocks), some thread reads a slot not yet written (the 0xFF poison)."""
+    from factory.ops.base import Buf, I32
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    out = _device(memory, "out", 128, np.int32)
+    want = np.tile((np.arange(64) + 1) % 64, 2)
+    _launch(probes, "neighbour", 2, 64, (Buf("out"), I32(1)), out=out)
+    assert np.array_equal(out, want)
+    _launch(probes, "neighbour", 2, 64, (Buf("out"), I32(0)), out=out)
+    for block in (0, 1):
+        assert np.any(out[block * 64 : block * 64 + 64] == -1), f"block {block} raced unseen"
+
+
+def test_shared_memory_starts_poisoned_in_every_block(probes: ctypes.CDLL) -> None:
+    from factory.ops.base import Buf
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    out = _device(memory, "out", 64, np.int32)
+    for _ in range(2):  # the first launch and a later one (static storage would keep old values)
+        _launch(probes, "unwritten", 3, 64, (Buf("out"),), out=out)
+        assert np.all(out == -1)
+
+
+def test_warp_shuffles_sum_within_each_warp(probes: ctypes.CDLL) -> None:
+    from factory.ops.base import Buf
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    out = _device(memory, "out", 64, np.int32)
+    _launch(probes, "warp_sums", 1, 64, (Buf("out"),), out=out)
+    assert np.array_equal(out, np.repeat([sum(range(32)), sum(range(32, 64))], 32))
+
+
+def test_a_divergent_shuffle_is_a_deadlock(probes: ctypes.CDLL) -> None:
+    from factory.ops.base import Buf
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    out = _device(memory, "out", 32, np.int32)
+    with pytest.raises(kernel_emulator.KernelFault, match="deadlock.*16 threads wait at __syncthreads, 16 at a warp"):
+        _launch(probes, "divergent", 1, 32, (Buf("out"),), out=out)
+
+
+def test_a_misaligned_vector_load_faults(probes: ctypes.CDLL) -> None:
+    from factory.ops.base import Buf, I32
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    src = _device(memory, "src", 16, np.float32)
+    src[:] = np.arange(16)
+    out = _device(memory, "out", 4, np.float32)
+    _launch(probes, "vector_load", 1, 4, (Buf("src"), Buf("out"), I32(4)), src=src, out=out)
+    assert np.array_equal(out, [4, 5, 6, 7])
+    with pytest.raises(kernel_emulator.KernelFault, match="misaligned access.*16-byte alignment"):
+        _launch(probes, "vector_load", 1, 4, (Buf("src"), Buf("out"), I32(2)), src=src, out=out)
+
+
+def test_atomics_on_float_and_int_count_every_thread(probes: ctypes.CDLL) -> None:
+    from factory.ops.base import Buf
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    f = _device(memory, "f", 1, np.float32)
+    i = _device(memory, "i", 1, np.int32)
+    _launch(probes, "count", 5, 96, (Buf("f"), Buf("i")), f=f, i=i)
+    assert (f[0], i[0]) == (480.0, 480)
+
+
+def test_dynamic_shared_memory_is_the_launch_size_and_guarded(probes: ctypes.CDLL) -> None:
+    from factory.ops.base import Buf, I32
+
+    memory = kernel_emulator.DeviceMemory.empty()
+    out = _device(memory, "out", 3, np.int32)
+    _launch(probes, "fill_dynamic", 3, 64, (Buf("out"), I32(1000)), shared=1000, out=out)
+    assert np.array_equal(out, [1000] * 3)
+    with pytest.raises(kernel_emulator.KernelFault, match="dynamic shared memory overrun.*byte 1000"):
+        _launch(probes, "fill_dynamic", 3, 64, (Buf("out"), I32(1001)), shared=1000, out=out)
+
+
+def test_writes_outside_a_buffer_are_seen() -> None:
+    memory = kernel_emulator.DeviceMemory.empty()
+    inner = memory.alloc("out", 100, 0)
+    assert inner.ctypes.data % kernel_emulator.ALIGN == 0 and memory.clobbered() == []
+    memory.raw["out"][kernel_emulator.GUARD + 100] = 0  # one byte past the end
+    assert memory.clobbered() == ["out"]

@@ -197,6 +197,8 @@ class CudaBackend:
         self._context = _check(driver.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
         self._make_current()
         self._info: DeviceInfo | None = None
+        # One module per binary in this context: a binary's entry points share it.
+        self._modules: dict[bytes, Any] = {}
 
     def _make_current(self) -> None:
         _check(self._driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
@@ -235,7 +237,9 @@ class CudaBackend:
 
     def load(self, binary: bytes, kernel_name: str) -> CudaKernel:
         self._make_current()
-        module = _check(self._driver.cuModuleLoadData(binary), "cuModuleLoadData")
+        module = self._modules.get(binary)
+        if module is None:
+            module = self._modules[binary] = _check(self._driver.cuModuleLoadData(binary), "cuModuleLoadData")
         function = _check(self._driver.cuModuleGetFunction(module, kernel_name.encode()), "cuModuleGetFunction")
         return CudaKernel(kernel_name, module, function, int(function))
 

@@ -155,6 +155,8 @@ def _upgrade(engine: Engine, location: str) -> int:
         version = _stored_version(conn, location)
         assert version is not None, "only a versioned database is upgraded"
         _check_supported(version, location)
+        if version == SCHEMA_VERSION:
+            return version  # another process upgraded it while this one waited for the lock
         while version < SCHEMA_VERSION:
             _UPGRADES[version](conn)
             version += 1

@@ -13,24 +13,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import sys
+import threading
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from . import numerics
-from .backends import Backend, get_backend
+from .backends import Backend, BackendError, get_backend
 from .catalog import Instance
-from .codegen import render
 from .compile_cache import CompileJob, compile_cached
 from .device import target_for
-from .executor import LoadedBinary, PreparedPlan
+from .executor import MODULES, PreparedPlan
 from .ops import solver_for
-from .ops.base import TensorSpec
+from .ops.base import Launch, TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
-from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, stored_choice
+from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, served_choice
+from . import sources
+from .sources import hash_of, source_of
 from .tuner import Progress, TuneSettings, tune
-from tuning_db import Measurement, TuningDB, Winner
+from tuning_db import DEFAULT_DB_ENV, Measurement, TuningDB, Winner
 
 __all__ = [
     "ConvProblem", "DType", "Layout", "Op", "SelectMode", "Kernel", "TensorMismatch", "TuneOutcome",
@@ -68,37 +72,73 @@ def tune_problem(
     re-measures everything and decides the winner from this run's times only.
     """
     backend = backend or get_backend()
-    db = db or TuningDB()
+    db = db or default_db()
     device = backend.device_info()
     candidates = lookup(problem, target=target_for(device))
     if not candidates:
         raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
-    names = frozenset(c.name for c in candidates)
+    code = {c.name: hash_of(c) for c in candidates}
     since = datetime.now(timezone.utc) if fresh else None
-    stored = {} if fresh else _stored_measurements(db, problem, device, names)
+    stored = {} if fresh else _stored_measurements(db, problem, device, code)
     if stored and on_resume is not None:
         on_resume(len(stored), len(candidates))
-    measured = tune(problem, candidates, backend, settings, _storing(progress, db, problem, device), frozenset(stored))
-    winner = db.decide(problem.key, device, names, since)
-    latest = stored | {m.instance: m for m in measured}
+    measured = tune(problem, candidates, backend, settings, _storing(progress, db, problem, device, code),
+                    frozenset(stored))
+    winner = db.decide(problem.key, device, code, since)
+    latest = stored | {m.instance: _stamped(m, code) for m in measured}
     return TuneOutcome([latest[c.name] for c in candidates if c.name in latest], winner, len(stored))
 
 
-def _stored_measurements(db: TuningDB, problem: Any, device: Any, names: frozenset[str]) -> dict[str, Measurement]:
-    """The latest stored measurement of each candidate on exactly this device."""
-    return {m.instance: m for m, _, _ in db.measurements(problem.key, device) if m.instance in names}
+def _stored_measurements(db: TuningDB, problem: Any, device: Any, code: Mapping[str, str]) -> dict[str, Measurement]:
+    """The latest stored measurement of each candidate on exactly this device and its current code.
+
+    A measurement of other code (the template changed) or of unknown code (a row older than
+    source hashes) is not reused: the candidate is measured again.
+    """
+    return {m.instance: m for m, _, _ in db.measurements(problem.key, device)
+            if m.source_hash is not None and code.get(m.instance) == m.source_hash}
 
 
-def _storing(progress: Progress, db: TuningDB, problem: Any, device: Any) -> Progress:
+def _stamped(m: Measurement, code: Mapping[str, str]) -> Measurement:
+    """`m` keyed by the code it timed (the candidate's current source hash)."""
+    return m if m.source_hash is not None else dataclasses.replace(m, source_hash=code[m.instance])
+
+
+def _storing(progress: Progress, db: TuningDB, problem: Any, device: Any, code: Mapping[str, str]) -> Progress:
     """`progress` whose on_measured first commits the measurement (and the winner it may make)."""
     report = progress.on_measured
 
     def on_measured(m: Measurement) -> None:
+        m = _stamped(m, code)
         db.record(problem.key, problem.op.value, device, [m])
         if report is not None:
             report(m)
 
     return dataclasses.replace(progress, on_measured=on_measured)
+
+
+_DEFAULT_DBS: dict[str | None, TuningDB] = {}
+_DEFAULT_DBS_KEPT = 8
+_DEFAULT_DBS_LOCK = threading.Lock()
+
+
+def default_db() -> TuningDB:
+    """The database $KFACTORY_DB names (else the per-user default), opened once per process.
+
+    Opening validates the schema (milliseconds); select() without db= must not pay that per call.
+    """
+    configured = os.environ.get(DEFAULT_DB_ENV)
+    db = _DEFAULT_DBS.get(configured)
+    if db is not None:
+        return db
+    with _DEFAULT_DBS_LOCK:
+        db = _DEFAULT_DBS.get(configured)
+        if db is None:
+            db = TuningDB()
+            while len(_DEFAULT_DBS) >= _DEFAULT_DBS_KEPT:
+                _DEFAULT_DBS.pop(next(iter(_DEFAULT_DBS))).close()
+            _DEFAULT_DBS[configured] = db
+        return db
 
 
 def select(
@@ -110,8 +150,10 @@ def select(
 ) -> "Kernel":
     """A ready Kernel for `problem`; see SelectMode for where the choice comes from.
 
-    A stored winner is served only when it was recorded on this exact device and its instance still
-    computes the problem (`selector.stored_choice`); otherwise the DB counts as untuned.
+    A stored winner is served only when it was recorded on this exact device, its instance still
+    computes the problem and it was measured on the instance's current source
+    (`selector.stored_choice`); otherwise the DB counts as untuned. A DB hit is memoized until the
+    database changes and the Kernel is cached per process, so a repeated call costs microseconds.
     """
     mode = SelectMode(mode)
     backend = backend or get_backend()
@@ -119,28 +161,106 @@ def select(
     if mode is SelectMode.FORCE:
         if instance is None:
             raise ValueError("mode force needs instance=<name>")
-        return Kernel(forced(problem, instance, target), problem, backend)
-    candidates = lookup(problem, target=target)
+        return kernel_for(forced(problem, instance, target), problem, backend)
     if mode is SelectMode.HEURISTIC:
-        return Kernel(heuristic_pick(problem, candidates, target), problem, backend)
-    db = db or TuningDB()
-    by_name = {c.name: c for c in candidates}
-    choice = stored_choice(problem, db.lookup(problem.key, backend.device_info()), candidates, target)
+        return kernel_for(heuristic_pick(problem, target=target), problem, backend)
+    db = db or default_db()
+    choice = served_choice(problem, db, backend.device_info())
     if choice.instance is not None:
-        return Kernel(choice.instance, problem, backend)
+        return kernel_for(choice.instance, problem, backend)
     if mode is SelectMode.DB:
         why = "".join(f"; {r.line()}" for r in choice.refusals)
         raise NotTuned(f"no tuned winner for {problem.key} on this device{why}; run `kfactory tune` or use mode=tune")
+    candidates = lookup(problem, target=target)
     if mode is SelectMode.TUNE:
+        by_name = {c.name: c for c in candidates}
         outcome = tune_problem(problem, backend, db)
         if outcome.winner is None or outcome.winner.instance not in by_name:
             raise NotTuned(f"tuning found no verified instance for {problem.key}")
-        return Kernel(by_name[outcome.winner.instance], problem, backend)
-    return Kernel(heuristic_pick(problem, candidates, target), problem, backend)
+        return kernel_for(by_name[outcome.winner.instance], problem, backend)
+    return kernel_for(heuristic_pick(problem, candidates, target), problem, backend)
+
+
+class KernelCache:
+    """Kernels per (backend, instance, problem, source generation), most recently used kept: select() on a DB hit hands
+    back the Kernel it built before instead of loading and planning again. An evicted Kernel still
+    works for whoever holds it; its workspace is freed when the last reference goes."""
+
+    MAX_KERNELS = 256
+
+    def __init__(self) -> None:
+        self._kernels: dict[tuple[int, Instance, Any, int], Kernel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, instance: Instance, problem: Any, backend: Backend) -> "Kernel":
+        # The entry holds the backend (through its Kernel), so id(backend) is not reused while cached.
+        key = (id(backend), instance, problem, sources.generation())
+        kernel = self._kernels.get(key)
+        if kernel is not None:
+            return kernel
+        kernel = Kernel(instance, problem, backend)
+        with self._lock:
+            kernel = self._kernels.setdefault(key, kernel)
+            while len(self._kernels) > self.MAX_KERNELS:
+                del self._kernels[next(iter(self._kernels))]
+        return kernel
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kernels.clear()
+
+
+KERNELS = KernelCache()
+
+
+def kernel_for(instance: Instance, problem: Any, backend: Backend) -> "Kernel":
+    """The process's Kernel of `instance` for `problem` on `backend` (built on first use)."""
+    return KERNELS.get(instance, problem, backend)
+
+
+# Every tensor pointer must be aligned to this many bytes: the widest vector load of any instance is
+# 16 bytes. A misaligned load is a sticky fault that kills the caller's GPU context, so run() refuses
+# such a pointer (a view at a storage offset) before launching: one AND per pointer.
+POINTER_ALIGNMENT = 16
+_MISALIGNED = POINTER_ALIGNMENT - 1
+
+
+def _misaligned(name: str, ptr: int) -> TensorMismatch:
+    return TensorMismatch(
+        f"{name}: data pointer {ptr:#x} is not {POINTER_ALIGNMENT}-byte aligned (a view at a storage offset?); "
+        f"the kernel's vector loads need {POINTER_ALIGNMENT}-byte aligned tensors: pass a copy (.clone())"
+    )
+
+
+@dataclass
+class _Lane:
+    """What one stream's launches of a Kernel own: packed arguments and a workspace.
+
+    Two streams running one Kernel concurrently must not share a workspace (split-K partial sums
+    would mix), so each stream gets its own, allocated on its first run.
+    """
+
+    prepared: PreparedPlan
+    workspace: int
+    lock: threading.Lock
+
+
+def _free_workspaces(backend: Backend, workspaces: list[int]) -> None:
+    """Finalizer of a Kernel: give its workspaces back (the driver waits for work still using them)."""
+    while workspaces:
+        try:
+            backend.free(workspaces.pop())
+        except BackendError:
+            pass
 
 
 class Kernel:
-    """One compiled instance bound to one problem; run() launches on the caller's stream."""
+    """One compiled instance bound to one problem; run() launches on the caller's stream.
+
+    The module is shared per process and device context (executor.MODULES); each stream the Kernel
+    runs on gets its own workspace and packed arguments, so two streams may run it concurrently.
+    The workspaces are freed when the Kernel is.
+    """
 
     def __init__(self, instance: Instance, problem: Any, backend: Backend) -> None:
         self.instance = instance
@@ -150,12 +270,16 @@ class Kernel:
         self.specs: dict[str, TensorSpec] = {s.name: s for s in self._solver.tensors(problem)}
         self.target = target_for(backend.device_info())
         self.plan = self._solver.launch_plan(instance.family, instance.params, problem, self.target)
-        arch = backend.device_info().arch
-        outcome = compile_cached(backend.kind, CompileJob(instance.name, render(instance), arch))
-        if outcome.binary is None:
-            raise KernelFactoryError(f"{instance.name} failed to compile: {outcome.error}")
-        self._prepared = PreparedPlan(LoadedBinary(backend, outcome.binary, {}), self.plan)
-        self._workspace = backend.alloc(self.plan.workspace_bytes) if self.plan.workspace_bytes else 0
+        self.source_hash = hash_of(instance)
+        self._loaded = MODULES.get(backend, instance.name, self.source_hash, functools.partial(_binary, instance, backend))
+        for step in self.plan.steps:  # resolve every entry now: a missing one fails here, not in run()
+            if isinstance(step, Launch):
+                self._loaded.kernel(step.entry)
+        self._lanes: dict[int, _Lane] = {}
+        self._lanes_lock = threading.Lock()
+        self._workspaces: list[int] = []
+        finalizer = weakref.finalize(self, _free_workspaces, backend, self._workspaces)
+        finalizer.atexit = False  # at exit the process's memory goes with it; the driver may be gone
         # What run() accepts per tensor, computed once: run() sits on the caller's hot path.
         self._accepted = {name: self._accepted_layouts(name) for name in self.specs}
         self._dtypes = {name: _framework_dtype(spec) for name, spec in self.specs.items()}
@@ -174,7 +298,8 @@ class Kernel:
 
         Accepted: a contiguous tensor of the physical shape (e.g. NHWGC -> (N, H, W, G, C)), or for
         layouts PyTorch has, the PyTorch convolution shape with that layout's strides (channels_last
-        tensors for NHWGC, contiguous ones for NGCHW).
+        tensors for NHWGC, contiguous ones for NGCHW). Every data pointer must be 16-byte aligned
+        (POINTER_ALIGNMENT); a view at an odd storage offset is refused, not launched.
         """
         if tensors.keys() != self.specs.keys():
             missing = set(self.specs) - set(tensors)
@@ -190,17 +315,41 @@ class Kernel:
 
     def run_pointers(self, pointers: Mapping[str, int], stream: int = 0) -> None:
         """Launch on raw device pointers laid out as `self.specs` describes (contiguous, physical order)."""
+        resolved: dict[str, int] = {}
         for name in self.specs:
             ptr = pointers.get(name)
             if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr <= 0:  # True is an int, not a pointer
                 raise TensorMismatch(f"{name}: needs a device pointer (a positive int)")
-        self._enqueue(pointers, stream)
+            if ptr & _MISALIGNED:
+                raise _misaligned(name, ptr)
+            resolved[name] = ptr
+        self._enqueue(resolved, stream)
 
-    def _enqueue(self, pointers: Mapping[str, int], stream: int) -> None:
-        resolved = dict(pointers)
-        resolved["workspace"] = self._workspace
-        self._prepared.bind(resolved)
-        self._prepared.enqueue(stream)
+    def workspace(self, stream: int = 0) -> int:
+        """The workspace pointer runs on `stream` use (0 when the plan needs none); allocated on first use."""
+        return self._lane(stream).workspace
+
+    def _lane(self, stream: int) -> _Lane:
+        lane = self._lanes.get(stream)
+        if lane is not None:
+            return lane
+        with self._lanes_lock:
+            lane = self._lanes.get(stream)
+            if lane is None:
+                nbytes = self.plan.workspace_bytes
+                workspace = self.backend.alloc(nbytes) if nbytes else 0
+                if workspace:
+                    self._workspaces.append(workspace)
+                lane = self._lanes[stream] = _Lane(PreparedPlan(self._loaded, self.plan), workspace, threading.Lock())
+            return lane
+
+    def _enqueue(self, pointers: dict[str, int], stream: int) -> None:
+        """Launch on `stream` with this stream's workspace; `pointers` is the caller's own dict."""
+        lane = self._lanes.get(stream) or self._lane(stream)
+        pointers["workspace"] = lane.workspace
+        with lane.lock:  # bind + enqueue as one: the packed arguments are the lane's
+            lane.prepared.bind(pointers)
+            lane.prepared.enqueue(stream)
 
     # --- tensor checks --------------------------------------------------------------------------
     def _accepted_layouts(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -248,7 +397,10 @@ class Kernel:
                 device = index
             elif index != device:
                 return None
-            pointers[name] = value.data_ptr()
+            ptr = value.data_ptr()
+            if ptr & _MISALIGNED:
+                return None  # the checked path words the refusal
+            pointers[name] = ptr
         return pointers
 
     def _check_tensor(self, name: str, value: Any) -> tuple[int, int]:
@@ -263,7 +415,17 @@ class Kernel:
         if not any(_same_layout(shape, strides, s, t) for s, t in accepted):
             shown = " or ".join(f"shape {tuple(s)} strides {tuple(t)}" for s, t in accepted)
             raise TensorMismatch(f"{name}: shape {tuple(shape)} strides {tuple(strides)}; expected {shown}")
+        if ptr & _MISALIGNED:
+            raise _misaligned(name, ptr)
         return ptr, device
+
+
+def _binary(instance: Instance, backend: Backend) -> bytes:
+    """The instance's binary for the backend's device, through the on-disk compile cache."""
+    outcome = compile_cached(backend.kind, CompileJob(instance.name, source_of(instance).text, backend.device_info().arch))
+    if outcome.binary is None:
+        raise KernelFactoryError(f"{instance.name} failed to compile: {outcome.error}")
+    return outcome.binary
 
 
 def _same_layout(shape, strides, want_shape, want_strides) -> bool:

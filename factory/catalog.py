@@ -168,6 +168,23 @@ def all_instances(directory: Path | None = None) -> tuple[Instance, ...]:
     return _catalog(str(directory or instances_dir()))
 
 
+Cell = tuple[Op, Layout, DType, int]
+
+
+@lru_cache(maxsize=None)
+def _by_cell(directory: str) -> dict[Cell, tuple[Instance, ...]]:
+    index: dict[Cell, list[Instance]] = {}
+    for inst in _catalog(directory):
+        index.setdefault((inst.op, inst.layout, inst.dtype, inst.ndim), []).append(inst)
+    return {cell: tuple(found) for cell, found in index.items()}
+
+
+def instances_of_cell(op: Op, layout: Layout, dtype: DType, ndim: int, directory: Path | None = None) -> tuple[Instance, ...]:
+    """The instances of one (op, layout, dtype, rank) cell, in catalog order: a dict lookup, so a
+    problem's lookup checks only its own cell's instances, not the whole catalog."""
+    return _by_cell(str(directory or instances_dir())).get((op, layout, dtype, ndim), ())
+
+
 def select_instances(
     op: Op | None = None,
     layout: Layout | None = None,
@@ -177,6 +194,8 @@ def select_instances(
     instances: Iterable[Instance] | None = None,
 ) -> list[Instance]:
     """Instances of a configuration (any field left None matches all)."""
+    if instances is None and op is not None and layout is not None and dtype is not None and ndim is not None:
+        return [i for i in instances_of_cell(op, layout, dtype, ndim) if family is None or i.family == family]
     return [
         i
         for i in (instances if instances is not None else all_instances())

@@ -7,8 +7,9 @@ both user calls and timed benchmark reps).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .abi import PackedArgs, pack
 from .backends import Backend
@@ -24,9 +25,47 @@ class LoadedBinary:
     kernels: dict[str, object]
 
     def kernel(self, entry: str) -> object:
-        if entry not in self.kernels:
-            self.kernels[entry] = self.backend.load(self.binary, entry)
-        return self.kernels[entry]
+        found = self.kernels.get(entry)
+        if found is None:
+            found = self.kernels[entry] = self.backend.load(self.binary, entry)
+        return found
+
+
+class ModuleCache:
+    """Loaded binaries per (backend, instance name, source hash): a module is loaded once per process
+    and device context, however many Kernels (problems, select() calls) use it.
+
+    A backend object stands for one device context (get_backend keeps one per device); entries
+    hold it, so its id cannot be reused while cached. The oldest entries are dropped past
+    MAX_ENTRIES; a Kernel keeps its own reference, and the backends keep one module per binary.
+    """
+
+    MAX_ENTRIES = 1024
+
+    def __init__(self) -> None:
+        self._loaded: dict[tuple[int, str, str], LoadedBinary] = {}
+        self._lock = threading.Lock()
+
+    def get(self, backend: Backend, name: str, source_hash: str, binary: Callable[[], bytes]) -> LoadedBinary:
+        """The cached LoadedBinary, or one made from `binary()` (called only on a miss)."""
+        key = (id(backend), name, source_hash)
+        found = self._loaded.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._loaded.get(key)
+            if found is None:
+                found = self._loaded[key] = LoadedBinary(backend, binary(), {})
+                while len(self._loaded) > self.MAX_ENTRIES:
+                    del self._loaded[next(iter(self._loaded))]
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+
+
+MODULES = ModuleCache()
 
 
 @dataclass

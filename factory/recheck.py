@@ -4,12 +4,14 @@ A winner's time goes stale when drivers, clocks or neighbours change; a winner t
 verification is worse than stale. Each winner recorded on this device is timed again through the
 tuner (one candidate, the same timing and verification as a tune); one slower than `threshold` x its
 recorded time, or failing now, is re-tuned from scratch the way `kfactory tune --fresh` does.
-Winners that are not served here (another device identity, an instance that left the catalog or no
-longer applies) are reported with the reasons, not timed.
+Winners that are not served here (another device identity, an instance that left the catalog — a
+renamed or removed family is named — or no longer applies, a time measured on older or unknown code)
+are reported with the reasons, not timed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,7 +19,8 @@ from typing import Any, Callable
 from .api import tune_problem
 from .backends import Backend
 from .device import target_for
-from .selector import Refusal, UnreadableKey, catalog_refusal, device_refusals, lookup, problem_from_key
+from .selector import Refusal, UnreadableKey, device_refusals, lookup, problem_from_key, serving_refusals
+from .sources import hash_of
 from .tuner import Progress, TuneSettings, tune
 from tuning_db import Measurement, TuningDB, Winner
 from tuning_db.devices import mismatches
@@ -84,14 +87,14 @@ def recheck_winners(
             continue
         candidates = {c.name: c for c in lookup(problem, target=target_for(device))}
         refusals = device_refusals(winner, mismatches(winner.device, device))
-        gone = catalog_refusal(problem, winner, candidates, target_for(device))
-        if gone is not None:
-            refusals.append(gone)
+        refusals += serving_refusals(problem, winner, candidates, target_for(device))
         if refusals:
             results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED,
                                    refusals=tuple(refusals)))
             continue
-        [now] = tune(problem, [candidates[winner.instance]], backend, settings)
+        instance = candidates[winner.instance]
+        [now] = tune(problem, [instance], backend, settings)
+        now = dataclasses.replace(now, source_hash=hash_of(instance))
         db.record(problem.key, problem.op.value, device, [now])
         if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
             results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.KEPT, now))

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
-from .device import DEFAULT_TARGET, DeviceTarget
-from .catalog import CatalogError, Instance, all_instances, instance_by_name
+from .backends import DeviceInfo
+from .device import DEFAULT_TARGET, DeviceTarget, target_for
+from .catalog import CatalogError, Instance, all_instances, instance_by_name, instances_of_cell, parse_instance_name
 from .ops import solver_for
 from .problem import DType, KernelFactoryError, Layout, Op, UnsupportedProblem, supported_cells_text
-from tuning_db import Mismatch, Winner, WinnerLookup
+from . import sources
+from .sources import hash_of
+from tuning_db import Mismatch, TuningDB, Winner, WinnerLookup
 
 
 class SelectMode(enum.Enum):
@@ -40,6 +44,8 @@ class Refused(enum.Enum):
     COMPILER = "compiler"
     NOT_IN_CATALOG = "not_in_catalog"
     NOT_APPLICABLE = "not_applicable"
+    OLDER_CODE = "older_code"  # measured on a source the catalog no longer renders
+    UNKNOWN_CODE = "unknown_code"  # recorded before measurements carried a source hash
 
 
 @dataclass(frozen=True)
@@ -75,14 +81,19 @@ class Rejection:
 
 def lookup(problem: Any, instances: Sequence[Instance] | None = None,
            target: DeviceTarget = DEFAULT_TARGET) -> list[Instance]:
-    """Every catalog instance that computes `problem` on `target`. Raises UnsupportedProblem if its cell has none."""
+    """Every catalog instance that computes `problem`. Raises UnsupportedProblem if its cell has none.
+
+    Only the problem's own (op, layout, dtype, rank) cell is checked, through the catalog's index.
+    """
     check_supported(problem)
-    return [i for i in (instances or all_instances()) if i.is_applicable(problem, target)]
+    if instances is None:
+        instances = instances_of_cell(problem.op, problem.layout, problem.dtype, problem.ndim)
+    return [i for i in instances if i.is_applicable(problem, target)]
 
 
 def explain(problem: Any, instances: Sequence[Instance] | None = None,
             target: DeviceTarget = DEFAULT_TARGET) -> list[Rejection]:
-    """Why each instance of the op does not compute `problem` on `target` (those that do are left out)."""
+    """Why each instance of the op does not compute `problem` (those that do are left out)."""
     result = []
     for inst in instances or all_instances():
         if inst.op is not problem.op:
@@ -105,7 +116,7 @@ def check_supported(problem: Any) -> None:
 
 def heuristic_pick(problem: Any, candidates: Sequence[Instance] | None = None,
                    target: DeviceTarget = DEFAULT_TARGET) -> Instance:
-    """The applicable instance the op's prior ranks first on `target` (used when a problem is untuned)."""
+    """The applicable instance the op's prior ranks first (used when a problem is untuned)."""
     candidates = list(candidates) if candidates is not None else lookup(problem, target=target)
     if not candidates:
         raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
@@ -131,18 +142,63 @@ def device_refusals(winner: Winner, mismatches: Sequence[Mismatch]) -> list[Refu
     ]
 
 
-def catalog_refusal(problem: Any, winner: Winner, candidates: Mapping[str, Instance],
+def catalog_refusal(problem: Any, winner: Winner, candidates: Mapping[str, Instance] | None = None,
                     target: DeviceTarget = DEFAULT_TARGET) -> Refusal | None:
-    """None when the winner's instance is one of `candidates` (lookup(problem)); else why not."""
-    if winner.instance in candidates:
+    """None when the winner's instance still computes `problem`; else why not.
+
+    `candidates` (lookup(problem) by name) may be given when the caller has it; otherwise the
+    winner's instance alone is resolved and checked, which is what the serving path can afford.
+    """
+    if candidates is not None and winner.instance in candidates:
         return None
     try:
         inst = instance_by_name(winner.instance)
     except CatalogError:
-        return Refusal(winner.instance, winner.median_us, Refused.NOT_IN_CATALOG, "its instance is no longer in the catalog")
-    reason = inst.why_not(problem, target) or "not among the instances lookup() returns"
+        return Refusal(winner.instance, winner.median_us, Refused.NOT_IN_CATALOG,
+                       "its instance is no longer in the catalog" + _family_gone(winner.instance))
+    reason = inst.why_not(problem, target)
+    if reason is None and candidates is None:
+        return None
     return Refusal(winner.instance, winner.median_us, Refused.NOT_APPLICABLE,
-                   f"its instance no longer applies to this problem: {reason}")
+                   f"its instance no longer applies to this problem: {reason or 'not among the instances lookup() returns'}")
+
+
+def _family_gone(name: str) -> str:
+    """': family 'x' is not one of op's families (renamed or removed)' when that is why a name is unknown."""
+    try:
+        fields = parse_instance_name(name)
+        families = solver_for(fields["op"]).families
+    except KernelFactoryError:
+        return ""
+    if fields["family"] in families:
+        return ""
+    return (f": family {fields['family']!r} is not one of {fields['op'].value}'s "
+            f"({', '.join(sorted(families))}; renamed or removed)")
+
+
+def code_refusal(winner: Winner, instance: Instance) -> Refusal | None:
+    """None when the winner was measured on the source `instance` renders today; else why not."""
+    current = hash_of(instance)
+    if winner.source_hash == current:
+        return None
+    if winner.source_hash is None:
+        return Refusal(winner.instance, winner.median_us, Refused.UNKNOWN_CODE,
+                       "measured on unknown code (recorded before results carried a source hash); "
+                       "a tune measures the current code", None, current)
+    return Refusal(winner.instance, winner.median_us, Refused.OLDER_CODE,
+                   f"measured on older code (source {winner.source_hash[:12]}, the catalog now renders "
+                   f"{current[:12]}); a tune measures the current code", winner.source_hash, current)
+
+
+def serving_refusals(problem: Any, winner: Winner, candidates: Mapping[str, Instance] | None = None,
+                     target: DeviceTarget = DEFAULT_TARGET) -> list[Refusal]:
+    """Why `winner` cannot be served for `problem` apart from its device: catalog, then code."""
+    gone = catalog_refusal(problem, winner, candidates, target)
+    if gone is not None:
+        return [gone]
+    instance = candidates[winner.instance] if candidates is not None else instance_by_name(winner.instance)
+    stale = code_refusal(winner, instance)
+    return [] if stale is None else [stale]
 
 
 def stored_choice(problem: Any, found: WinnerLookup, candidates: Sequence[Instance] | None = None,
@@ -150,23 +206,71 @@ def stored_choice(problem: Any, found: WinnerLookup, candidates: Sequence[Instan
     """The DB's servable winner for `problem` (from `found`, a lookup on this device), or why none is.
 
     A winner is served only when it was recorded on this exact device (backend, arch, name, SM
-    count, driver, compiler) and its instance still exists and still computes the problem.
+    count, driver, compiler), its instance still exists and still computes the problem, and it was
+    measured on the source that instance renders today (results are keyed by code).
     """
-    by_name = {c.name: c for c in (candidates if candidates is not None else lookup(problem, target=target))}
+    by_name = {c.name: c for c in candidates} if candidates is not None else None
+    check_supported(problem)
     refusals: list[Refusal] = []
     for refused in found.refused:
         refusals += device_refusals(refused.winner, refused.mismatches)
-        gone = catalog_refusal(problem, refused.winner, by_name, target)
-        if gone is not None:
-            refusals.append(gone)
+        refusals += serving_refusals(problem, refused.winner, by_name, target)
     winner = found.winner
+    instance = None
     if winner is not None:
-        gone = catalog_refusal(problem, winner, by_name, target)
-        if gone is not None:
-            refusals.insert(0, gone)
+        why = serving_refusals(problem, winner, by_name, target)
+        if why:
+            refusals[:0] = why
             winner = None
-    instance = by_name[winner.instance] if winner is not None else None
+        else:
+            instance = by_name[winner.instance] if by_name is not None else instance_by_name(winner.instance)
     return StoredChoice(found.problem_key, winner, instance, tuple(refusals))
+
+
+class ServedMemo:
+    """What stored_choice decided per (database, problem, device), kept until the database changes.
+
+    A DB hit must still see a winner another process wrote a moment ago, so every entry carries
+    the database's change token (TuningDB.change_token: equal only when nothing was committed in
+    between) and is used only while the token is unchanged. A database that gives no token is read
+    every time. The catalog is fixed for the process, and so are the source hashes unless
+    sources.forget() drops them (its generation is part of every entry).
+    """
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, Any, DeviceInfo], tuple[Hashable, int, StoredChoice]] = {}
+        self._lock = threading.Lock()
+
+    def choice(self, problem: Any, db: TuningDB, device: DeviceInfo) -> StoredChoice:
+        token = db.change_token()
+        code = sources.generation()
+        key = (db.url, problem, device)
+        if token is not None:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == token and hit[1] == code:
+                return hit[2]
+        # The token was read before the lookup: a write in between changes the next token.
+        choice = stored_choice(problem, db.lookup(problem.key, device), target=target_for(device))
+        if token is not None:
+            with self._lock:
+                if len(self._entries) >= self.MAX_ENTRIES:
+                    self._entries.clear()
+                self._entries[key] = (token, code, choice)
+        return choice
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+SERVED = ServedMemo()
+
+
+def served_choice(problem: Any, db: TuningDB, device: DeviceInfo) -> StoredChoice:
+    """stored_choice of the DB's lookup on `device`, memoized until the DB changes (see ServedMemo)."""
+    return SERVED.choice(problem, db, device)
 
 
 def problem_from_key(key: str) -> Any:

@@ -45,6 +45,14 @@ def fake_us(name: str) -> float:
     return 5.0 + int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little") % 5000 / 100.0
 
 
+def code_of(name: str) -> str:
+    """The source hash a measurement of instance `name` carries when taken on today's code."""
+    from factory.catalog import instance_by_name
+    from factory.sources import hash_of
+
+    return hash_of(instance_by_name(name))
+
+
 def fake_compile(source: str, arch: str, options: Any = ()) -> CompiledBinary:
     return CompiledBinary(_MAGIC + hashlib.sha256(source.encode()).digest(), arch, FAKE_COMPILER)
 

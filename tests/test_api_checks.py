@@ -25,6 +25,7 @@ from factory.ops import solver_for
 from factory.ops.base import Launch, Memset
 from factory.problem import Op
 from factory.selector import heuristic_pick
+from factory.sources import hash_of
 from tuning_db import Measurement, TuningDB
 
 DEVICE = DeviceInfo(BackendKind.CUDA, "sm_90", "Fake H100", 132, "13000", "nvrtc 13.0")
@@ -45,6 +46,7 @@ class FakeBackend:
         self.launches: list[tuple[str, tuple[int, ...], int]] = []  # (entry, argument values, stream)
         self.memsets: list[tuple[int, int, int, int]] = []  # (pointer, byte, nbytes, stream)
         self.allocs: list[int] = []
+        self.freed: list[int] = []
 
     def device_info(self) -> DeviceInfo:
         return DEVICE
@@ -68,7 +70,7 @@ class FakeBackend:
         return 0x7000_0000 + 0x1000 * len(self.allocs)
 
     def free(self, ptr: int) -> None:
-        pass
+        self.freed.append(ptr)
 
     @property
     def touched_device(self) -> bool:
@@ -197,14 +199,15 @@ def test_select_db_mode_and_auto_mode_follow_the_tuning_db(backend, tmp_path):
         select(p, mode="db", backend=backend, db=db)
     assert select(p, mode="auto", backend=backend, db=db).name == heuristic_pick(p).name
 
-    tuned = next(i.name for i in lookup(p) if i.name != heuristic_pick(p).name)
-    db.record(p.key, p.op.value, DEVICE, [Measurement(tuned, 3.0, 0.1, 25, True)])
+    tuned_instance = next(i for i in lookup(p) if i.name != heuristic_pick(p).name)
+    tuned = tuned_instance.name
+    db.record(p.key, p.op.value, DEVICE, [Measurement(tuned, 3.0, 0.1, 25, True, source_hash=hash_of(tuned_instance))])
     assert select(p, mode="db", backend=backend, db=db).name == tuned
     assert select(p, mode="auto", backend=backend, db=db).name == tuned
     # A winner from another driver is not served.
     elsewhere = TuningDB(str(tmp_path / "elsewhere.sqlite"))
     elsewhere.record(p.key, p.op.value, DeviceInfo(**{**DEVICE.__dict__, "driver_version": "1"}),
-                     [Measurement(tuned, 3.0, 0.1, 25, True)])
+                     [Measurement(tuned, 3.0, 0.1, 25, True, source_hash=hash_of(tuned_instance))])
     assert select(p, mode="auto", backend=backend, db=elsewhere).name == heuristic_pick(p).name
 
 
@@ -375,8 +378,128 @@ def test_run_pointers_binds_every_launch(kernel, backend):
         assert entry == step.entry and stream == 3
         for value, arg in zip(values, abi.flatten_args(step.args), strict=True):
             if hasattr(arg, "name"):
-                assert value == {**GOOD, "workspace": kernel._workspace}[arg.name]
+                assert value == {**GOOD, "workspace": kernel.workspace(3)}[arg.name]
     # The same kernel runs again on new buffers.
     moved = {name: ptr + 0x10_0000 for name, ptr in GOOD.items()}
     kernel.run_pointers(moved)
     assert backend.launches[len(launches)][1][:2] == (moved["input"], moved["grad_output"])
+
+
+# --- alignment: a misaligned pointer is a sticky fault on the GPU, so it never reaches a launch -----
+def offset_view(like: torch.Tensor, elements: int) -> torch.Tensor:
+    """A tensor equal in shape and strides to `like`, starting `elements` into a larger buffer."""
+    base = torch.zeros(like.numel() + elements, dtype=like.dtype)
+    return base[elements:].as_strided(like.shape, like.stride())
+
+
+class CudaLooking(torch.Tensor):
+    """A host tensor that answers like a CUDA tensor, so Kernel.run takes its fast torch path."""
+
+    __module__ = "torch"  # what Kernel.run's checked path looks at to recognise a torch tensor
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+    def get_device(self) -> int:
+        return 0
+
+
+def cuda_looking(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: t.as_subclass(CudaLooking) for name, t in tensors.items()}
+
+
+def test_the_fast_path_launches_aligned_tensors_without_the_full_checks(kernel, backend, monkeypatch):
+    monkeypatch.setattr(kernel, "_checked_pointers", lambda tensors: pytest.fail("took the checked path"))
+    monkeypatch.setattr(api, "_current_stream", lambda value: 9)
+    tensors = cuda_looking(torch_tensors(kernel.problem))
+    kernel.run(**tensors)
+    assert backend.launches[0][1][:2] == (tensors["input"].data_ptr(), tensors["grad_output"].data_ptr())
+
+
+@pytest.mark.parametrize("name", ["input", "grad_output", "grad_weight"])
+@pytest.mark.parametrize("elements", [1, 2, 4])
+def test_run_refuses_a_view_whose_pointer_is_not_16_byte_aligned(kernel, backend, host_tensors_as_device, name, elements):
+    tensors = torch_tensors(kernel.problem)
+    tensors[name] = offset_view(tensors[name], elements)  # fp16: 2, 4 or 8 bytes in
+    assert tensors[name].data_ptr() % 16
+    for given in (tensors, cuda_looking(tensors)):  # the checked path, and the fast torch path
+        with pytest.raises(TensorMismatch, match=f"^{name}: data pointer 0x[0-9a-f]+ is not 16-byte aligned"):
+            kernel.run(**given)
+    assert not backend.touched_device
+    tensors[name] = offset_view(tensors[name], 8)  # 16 bytes in: aligned again
+    kernel.run(**tensors)
+    assert backend.launches
+
+
+@pytest.mark.parametrize("name", ["input", "grad_output", "grad_weight"])
+def test_run_pointers_refuses_a_misaligned_pointer(kernel, backend, name):
+    with pytest.raises(TensorMismatch, match=f"^{name}: data pointer {hex(GOOD[name] + 2)} is not 16-byte aligned"):
+        kernel.run_pointers({**GOOD, name: GOOD[name] + 2})
+    assert not backend.touched_device
+
+
+# --- workspaces: one per stream, freed with the Kernel ------------------------------------------------
+def workspace_kernel(backend: FakeBackend) -> Kernel:
+    p = problem()
+    inst = next(i for i in lookup(p) if solver_for(p.op).launch_plan(i.family, i.params, p).workspace_bytes)
+    return select(p, mode="force", instance=inst.name, backend=backend)
+
+
+def test_each_stream_gets_its_own_workspace_on_first_use(backend):
+    k = workspace_kernel(backend)
+    assert backend.allocs == []  # nothing until a stream runs it
+    k.run_pointers(GOOD, stream=1)
+    k.run_pointers(GOOD, stream=2)
+    k.run_pointers(GOOD, stream=1)
+    nbytes = k.plan.workspace_bytes
+    assert backend.allocs == [nbytes, nbytes]
+    first, second = k.workspace(1), k.workspace(2)
+    assert first != second and 0 not in (first, second)
+    slots = {s.entry: [i for i, a in enumerate(abi.flatten_args(s.args)) if getattr(a, "name", None) == "workspace"]
+             for s in k.plan.steps if isinstance(s, Launch)}
+    by_stream: dict[int, set[int]] = {1: set(), 2: set()}
+    for entry, values, stream in backend.launches:
+        by_stream[stream] |= {values[i] for i in slots[entry]}
+    assert by_stream == {1: {first}, 2: {second}}
+    memset_targets = {(ptr, stream) for ptr, _, _, stream in backend.memsets}
+    assert memset_targets <= {(first, 1), (second, 2)} | {(GOOD[n], s) for n in GOOD for s in (1, 2)}
+
+
+def test_a_kernels_workspaces_are_freed_with_it(backend):
+    import gc
+
+    k = workspace_kernel(backend)
+    k.run_pointers(GOOD, stream=1)
+    k.run_pointers(GOOD, stream=2)
+    held = {k.workspace(1), k.workspace(2)}
+    api.KERNELS.clear()
+    del k
+    gc.collect()
+    assert set(backend.freed) == held and len(backend.freed) == 2
+
+
+# --- one module per process and context; a repeated select hands back the same Kernel -----------------
+def test_a_module_is_loaded_once_and_select_reuses_its_kernel(backend):
+    p = problem()
+    first = select(p, mode="heuristic", backend=backend)
+    assert select(p, mode="heuristic", backend=backend) is first
+    loaded = list(backend.loaded)
+    # Another problem served by the same instance shares the module.
+    bigger = ConvProblem(N=8, G=4, C=8, K=8, input=(16, 16), filter=(3, 3), stride=(1, 1), pad=(1, 1),
+                         dilation=(1, 1), layout=Layout.NHWGC, dtype=DType.FP16)
+    other = select(bigger, mode="force", instance=first.name, backend=backend)
+    assert other is not first and other.problem == bigger
+    assert backend.loaded == loaded
+    # Another backend (another context) loads its own.
+    elsewhere = FakeBackend()
+    select(p, mode="heuristic", backend=elsewhere)
+    assert elsewhere.loaded == loaded
+
+
+# --- the catalog index ------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout, dtype", [(Layout.NHWGC, DType.FP16), (Layout.NGCHW, DType.BF16),
+                                           (Layout.GNHWC, DType.FP32)])
+def test_lookup_through_the_cell_index_finds_what_a_full_scan_finds(layout, dtype):
+    p = problem(layout, dtype)
+    assert lookup(p) == [i for i in all_instances() if i.is_applicable(p)]

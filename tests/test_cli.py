@@ -20,6 +20,7 @@ from factory.catalog import all_instances, select_instances
 from factory.ops import SOLVERS, solver_for
 from factory.problem import DType, Layout, Op, parse_conv_problem
 from factory.selector import explain, heuristic_pick, lookup
+from fake_gpu import code_of
 from tuning_db import Measurement, TuningDB
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,8 +130,8 @@ def record_tuning(db_path: Path, device: DeviceInfo = DEVICE, winner_name: str |
     winner_name = winner_name or candidates[-1].name
     runner_up = next(c.name for c in candidates if c.name != winner_name)
     measurements = [
-        Measurement(runner_up, 9.5, 0.2, 25, True, gbps=100.0, tflops=0.1),
-        Measurement(winner_name, 4.25, 0.1, 25, True, gbps=200.0, tflops=0.2),
+        Measurement(runner_up, 9.5, 0.2, 25, True, gbps=100.0, tflops=0.1, source_hash=code_of(runner_up)),
+        Measurement(winner_name, 4.25, 0.1, 25, True, gbps=200.0, tflops=0.2, source_hash=code_of(winner_name)),
         Measurement(candidates[0].name, None, None, 0, False, error="launch failed"),
     ]
     with TuningDB(str(db_path)) as db:

@@ -18,7 +18,7 @@ from factory.ops.groupnorm_bwd import GroupNormProblem
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.recheck import Action, Trigger, recheck_winners
 from factory.selector import UnreadableKey, lookup, problem_from_key
-from fake_gpu import DEVICE, SETTINGS, FakeGPU, fake_us, install_fake_compiler
+from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
 from tuning_db import Measurement, TuningDB
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
@@ -78,7 +78,8 @@ def tuned(tmp_path, monkeypatch):
     with TuningDB(path) as db:
         for problem in (KEEP, SLOW, FAIL):
             factory.api.tune_problem(problem, FakeGPU(problem), db, SETTINGS)
-        db.record(KEEP.key, KEEP.op.value, OLD_DRIVER, [Measurement(fastest(KEEP), 3.0, 0.1, 25, True)])
+        db.record(KEEP.key, KEEP.op.value, OLD_DRIVER, [Measurement(fastest(KEEP), 3.0, 0.1, 25, True,
+                                                                         source_hash=code_of(fastest(KEEP)))])
         db.record(GONE.key, GONE.op.value, DEVICE, [Measurement(RETIRED, 1.0, 0.1, 25, True)])
     keep, slow, fail = fastest(KEEP), fastest(SLOW), fastest(FAIL)
     board = Switchboard({

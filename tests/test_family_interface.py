@@ -132,6 +132,7 @@ def test_list_why_names_the_missing_instruction(probe_op: OpModule, monkeypatch,
 
     real = tuple(i for i in all_instances() if (i.op, i.layout, i.dtype, i.ndim) == (Op.CONV_BWD_WEIGHT, Layout.NHWGC, DType.FP16, 2))
     monkeypatch.setattr(selector, "all_instances", lambda: real + (probe_instance(),))
+    monkeypatch.setattr(selector, "instances_of_cell", lambda *cell: real + (probe_instance(),))
     argv = ["list", "--layout", "NHWGC", "--dtype", "fp16", "--problem", PROBLEM.spec(), "--why", "--json"]
     assert cli.main(argv + ["--target", "sm_80"]) == 0
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ from factory.api import NotTuned, select
 from factory.catalog import all_instances
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.selector import Refused, heuristic_pick, lookup, stored_choice, tune_command
-from fake_gpu import DEVICE, FakeGPU, install_fake_compiler
+from fake_gpu import DEVICE, FakeGPU, code_of, install_fake_compiler
 from tuning_db import Measurement, TuningDB
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
@@ -37,7 +37,8 @@ def _isolated(monkeypatch, tmp_path):
 
 def store(path, device=DEVICE, instance: str = TUNED, us: float = 2.5) -> TuningDB:
     db = TuningDB(str(path))
-    db.record(PROBLEM.key, PROBLEM.op.value, device, [Measurement(instance, us, 0.1, 25, True)])
+    code = code_of(instance) if instance in {i.name for i in all_instances()} else None
+    db.record(PROBLEM.key, PROBLEM.op.value, device, [Measurement(instance, us, 0.1, 25, True, source_hash=code)])
     return db
 
 
@@ -112,7 +113,8 @@ def test_a_winner_that_no_longer_applies_is_not_served(capsys, monkeypatch, tmp_
 def test_a_servable_winner_is_served_and_foreign_ones_stay_in_the_json(capsys, monkeypatch, tmp_path):
     db = store(tmp_path / "t.sqlite")
     db.record(PROBLEM.key, PROBLEM.op.value, dataclasses.replace(DEVICE, driver_version="12080"),
-              [Measurement(heuristic_pick(PROBLEM).name, 1.0, 0.1, 25, True)])
+              [Measurement(heuristic_pick(PROBLEM).name, 1.0, 0.1, 25, True,
+                           source_hash=code_of(heuristic_pick(PROBLEM).name))])
     assert select(PROBLEM, mode="db", backend=FakeGPU(PROBLEM), db=db).name == TUNED
     data = json.loads(query(capsys, monkeypatch, db, "--json"))
     assert data["tuned"] is True and data["instance"] == TUNED

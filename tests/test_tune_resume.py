@@ -24,7 +24,7 @@ import factory.backends
 from factory import api, cli
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.selector import lookup
-from fake_gpu import DEVICE, SETTINGS, FakeGPU, fake_us, install_fake_compiler
+from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
 from tuning_db import Measurement, TuningDB
 
 FAKE_GPU = Path(__file__).with_name("fake_gpu.py")
@@ -204,7 +204,8 @@ def test_cli_tune_says_it_resumes_and_fresh_measures_again(capsys, tmp_path, mon
     db = str(tmp_path / "cli.sqlite")
     with TuningDB(db) as handle:
         first = [n for n in NAMES if n not in WRONG][:5]
-        handle.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [Measurement(n, fake_us(n), 0.0, 4, True) for n in first])
+        handle.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [Measurement(n, fake_us(n), 0.0, 4, True, source_hash=code_of(n))
+                                                                   for n in first])
 
     code = cli.main(["tune", "--layout", "NHWGC", "--dtype", "fp16", "--problem", SPEC, "--db", db, "--reps", "4"])
     out, err = capsys.readouterr()

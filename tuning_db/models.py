@@ -20,8 +20,12 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 1
+# 2: measurements carry the source hash of the code they timed (results are keyed by code).
+SCHEMA_VERSION = 2
 SCHEMA_VERSION_KEY = "schema_version"
+
+# A sha256 hex digest of an instance's rendered source.
+SOURCE_HASH_LENGTH = 64
 
 # Problem keys are indexed; 768 characters still fits a MySQL utf8mb4 index.
 PROBLEM_KEY_LENGTH = 768
@@ -90,6 +94,8 @@ class MeasurementRow(Base):
     op: Mapped[str] = mapped_column(String(64))
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     instance: Mapped[str] = mapped_column(String(256))
+    # What was timed: NULL for rows recorded before schema 2 (unknown code, never served).
+    source_hash: Mapped[str | None] = mapped_column(String(SOURCE_HASH_LENGTH))
     median_us: Mapped[float | None] = mapped_column(Float)
     spread_us: Mapped[float | None] = mapped_column(Float)
     reps: Mapped[int] = mapped_column(Integer)

@@ -21,6 +21,8 @@ class Measurement:
     error: str | None = None
     gbps: float | None = None
     tflops: float | None = None
+    # sha256 of the instance's rendered source when it was timed; None: unknown code (an older row).
+    source_hash: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -38,6 +40,7 @@ class Winner:
     median_us: float
     device: DeviceInfo
     recorded_at: datetime  # UTC time the winning measurement was recorded
+    source_hash: str | None = None  # the code the winning time was measured on; None: unknown
 
 
 class DeviceField(enum.Enum):

@@ -6,7 +6,7 @@ import os
 import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar
 
 from sqlalchemy import distinct, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from factory.backends.base import DeviceInfo
 
+from .changes import ChangeProbe
 from .devices import ensure_device_id, find_device_id, mismatches, to_device_info
 from .engine import EngineHandle
 from .errors import TuningDBError
@@ -40,6 +41,7 @@ class TuningDB:
         self.url = default_db_url() if url is None else as_db_url(url)
         self.location = describe_location(self.url)
         self._handle = EngineHandle(self.url)
+        self._probe = ChangeProbe(self.url)
         try:
             self.schema_version = open_schema(self._handle, self.location)
         except BaseException:
@@ -62,6 +64,14 @@ class TuningDB:
 
     def close(self) -> None:
         self._handle.dispose()
+        self._probe.close()
+
+    def change_token(self) -> Hashable | None:
+        """Equal tokens mean nothing was committed in between (by any process); None: cannot tell.
+
+        Lets a caller memoize what it read (e.g. the served winner) and still see every write.
+        """
+        return self._probe.token()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -91,20 +101,25 @@ class TuningDB:
         self,
         problem_key: str,
         device: DeviceInfo,
-        eligible: frozenset[str],
+        eligible: Mapping[str, str],
         since: datetime | None = None,
     ) -> Winner | None:
         """Re-decide the winner from the stored measurements of `eligible` instances on `device`.
 
-        Only measurements recorded at or after `since` count when it is given (a fresh tune
-        supersedes older times). The incumbent stays if it is eligible, recent enough and no
-        slower; an incumbent that is not (its instance left the catalog, its time predates a
-        fresh tune) is replaced. One write transaction, like `record`.
+        `eligible` maps each instance to the source hash of its current code: only measurements
+        of that code count. Only measurements recorded at or after `since` count when it is given
+        (a fresh tune supersedes older times). The incumbent stays if it is eligible, of current
+        code, recent enough and no slower; an incumbent that is not (its instance left the
+        catalog, its code changed, its time predates a fresh tune) is replaced. One write
+        transaction, like `record`.
         """
         now = _utcnow()
 
+        def current_code(row: MeasurementRow) -> bool:
+            return row.source_hash is not None and eligible.get(row.instance) == row.source_hash
+
         def stands(row: MeasurementRow) -> bool:
-            return row.instance in eligible and (since is None or row.recorded_at >= since)
+            return current_code(row) and (since is None or row.recorded_at >= since)
 
         def work(session: Session) -> Winner | None:
             device_id = find_device_id(session, device)
@@ -117,7 +132,8 @@ class TuningDB:
             )
             if since is not None:
                 query = query.where(MeasurementRow.recorded_at >= since)
-            settle(session, session.execute(query).scalars().all(), now, stands)
+            rows = [row for row in session.execute(query).scalars() if current_code(row)]
+            settle(session, rows, now, stands)
             row = current(session, problem_key, device_id)
             return None if row is None else to_winner(row)
 

@@ -17,6 +17,7 @@ def measurement_row(
         op=op,
         device_id=device_id,
         instance=m.instance,
+        source_hash=m.source_hash,
         median_us=m.median_us,
         spread_us=m.spread_us,
         reps=m.reps,
@@ -38,6 +39,7 @@ def to_measurement(row: MeasurementRow) -> Measurement:
         error=row.error,
         gbps=row.gbps,
         tflops=row.tflops,
+        source_hash=row.source_hash,
     )
 
 
@@ -51,4 +53,5 @@ def to_winner(row: WinnerRow) -> Winner:
         median_us=measurement.median_us,
         device=to_device_info(row.device),
         recorded_at=measurement.recorded_at,
+        source_hash=measurement.source_hash,
     )

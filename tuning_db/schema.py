@@ -1,15 +1,16 @@
-"""Opening a database: recognise it, refuse foreign or newer ones, create a fresh one."""
+"""Opening a database: recognise it, refuse foreign or newer ones, create a fresh one, upgrade an older one."""
 
 from __future__ import annotations
 
 import sqlite3
+from typing import Callable
 
-from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy import Connection, Engine, inspect, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from .engine import EngineHandle, enable_wal
 from .errors import NewerSchemaError, NotADatabaseError, TuningDBError
-from .models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_NAMES, Base, MetaRow
+from .models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SOURCE_HASH_LENGTH, TABLE_NAMES, Base, MetaRow
 from .paths import sqlite_file
 
 _NOT_A_DATABASE_MARKERS = ("file is not a database", "file is encrypted")
@@ -28,6 +29,8 @@ def open_schema(handle: EngineHandle, location: str) -> int:
         if version is None:
             version = _create(handle.writer(), location)
         _check_supported(version, location)
+        if version < SCHEMA_VERSION:
+            version = _upgrade(handle.writer(), location)
         enable_wal(handle.writer())
     except (DBAPIError, sqlite3.DatabaseError) as exc:
         raise _open_error(exc, location) from None
@@ -130,6 +133,35 @@ def _create(engine: Engine, location: str) -> int:
         Base.metadata.create_all(conn)
         conn.execute(MetaRow.__table__.insert().values(key=SCHEMA_VERSION_KEY, value=str(SCHEMA_VERSION)))
     return SCHEMA_VERSION
+
+
+def _add_source_hash(conn: Connection) -> None:
+    """1 -> 2: measurements carry the source hash of the code they timed; older rows keep NULL
+    (unknown code), so they are not served and a resumed tune measures them again."""
+    conn.execute(text(f"ALTER TABLE measurements ADD COLUMN source_hash VARCHAR({SOURCE_HASH_LENGTH})"))
+
+
+# Step from version N to N + 1, run inside the upgrade's write transaction.
+_UPGRADES: dict[int, Callable[[Connection], None]] = {1: _add_source_hash}
+
+
+def _upgrade(engine: Engine, location: str) -> int:
+    """Bring an older schema to SCHEMA_VERSION in place, in one write transaction.
+
+    The version is read again under the write lock, so processes opening an old file together
+    upgrade it once; a failed step rolls the whole upgrade back.
+    """
+    with engine.begin() as conn:
+        version = _stored_version(conn, location)
+        assert version is not None, "only a versioned database is upgraded"
+        _check_supported(version, location)
+        if version == SCHEMA_VERSION:
+            return version  # another process upgraded it while this one waited for the lock
+        while version < SCHEMA_VERSION:
+            _UPGRADES[version](conn)
+            version += 1
+        conn.execute(update(MetaRow).where(MetaRow.key == SCHEMA_VERSION_KEY).values(value=str(version)))
+    return version
 
 
 def _open_error(exc: Exception, location: str) -> TuningDBError:

@@ -118,6 +118,7 @@ def _encode(document: TransferDocument) -> dict[str, Any]:
                 "error": m.measurement.error,
                 "gbps": m.measurement.gbps,
                 "tflops": m.measurement.tflops,
+                "source_hash": m.measurement.source_hash,
                 "recorded_at": m.recorded_at.astimezone(timezone.utc).isoformat(),
             }
             for m in document.measurements
@@ -205,6 +206,8 @@ def _measurement(item: Any, index: int, device_count: int) -> TransferMeasuremen
         error=_field(item, "error", str, optional=True, where=where),
         gbps=_field(item, "gbps", float, optional=True, where=where),
         tflops=_field(item, "tflops", float, optional=True, where=where),
+        # Absent from exports of schema 1: measured on unknown code.
+        source_hash=_field(item, "source_hash", str, optional=True, where=where),
     )
     return TransferMeasurement(
         problem_key=_field(item, "problem_key", str, where=where),

@@ -198,6 +198,8 @@ class CudaBackend:
         self._make_current()
         self._info: DeviceInfo | None = None
         self._optin_shared: int | None = None  # the device's per-block shared-memory limit once raised
+        # One module per binary in this context: a binary's entry points share it.
+        self._modules: dict[bytes, Any] = {}
 
     def _make_current(self) -> None:
         _check(self._driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
@@ -236,7 +238,9 @@ class CudaBackend:
 
     def load(self, binary: bytes, kernel_name: str) -> CudaKernel:
         self._make_current()
-        module = _check(self._driver.cuModuleLoadData(binary), "cuModuleLoadData")
+        module = self._modules.get(binary)
+        if module is None:
+            module = self._modules[binary] = _check(self._driver.cuModuleLoadData(binary), "cuModuleLoadData")
         function = _check(self._driver.cuModuleGetFunction(module, kernel_name.encode()), "cuModuleGetFunction")
         self._allow_optin_shared(function)
         return CudaKernel(kernel_name, module, function, int(function))

@@ -191,6 +191,8 @@ class HipBackend:
         _call("hipSetDevice", hip.hipSetDevice, device)
         self._hip = hip
         self.device = device
+        # One module per binary: a binary's entry points share it.
+        self._modules: dict[bytes, Any] = {}
 
     def worker_factory(self) -> Callable[[], "HipBackend"]:
         """Rebuilds this backend on the same device in a worker process."""
@@ -223,17 +225,25 @@ class HipBackend:
     # Modules and launches ----------------------------------------------------------------------
     def load(self, binary: bytes, kernel_name: str) -> HipKernel:
         hip = self._hip
-        module = _call("hipModuleLoadData", hip.hipModuleLoadData, binary)
+        module = self._modules.get(binary)
+        loaded_now = module is None
+        if module is None:
+            module = _call("hipModuleLoadData", hip.hipModuleLoadData, binary)
         try:
             what = f"hipModuleGetFunction({kernel_name})"
             function = _call(what, hip.hipModuleGetFunction, module, kernel_name.encode())
         except BackendError:
-            hip.hipModuleUnload(module)
+            if loaded_now:
+                hip.hipModuleUnload(module)
             raise
+        self._modules[binary] = module
         return HipKernel(name=kernel_name, module=module, function=function)
 
     def unload(self, kernel: HipKernel) -> None:
-        """Release a kernel's module; tuning loads many candidates."""
+        """Release a kernel's module (and with it every kernel of that binary); tuning loads many candidates."""
+        for binary, module in list(self._modules.items()):
+            if module is kernel.module:
+                del self._modules[binary]
         _call("hipModuleUnload", self._hip.hipModuleUnload, kernel.module)
 
     def launch(

@@ -28,7 +28,7 @@ from .ops import solver_for
 from .ops.base import TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
 from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, stored_choice
-from .tuner import Progress, TuneSettings, tune
+from .tuner import Progress, TuneSettings, retry_on_resume, tune
 from tuning_db import Measurement, TuningDB, Winner
 
 __all__ = [
@@ -84,8 +84,10 @@ def tune_problem(
 
 
 def _stored_measurements(db: TuningDB, problem: Any, device: Any, names: frozenset[str]) -> dict[str, Measurement]:
-    """The latest stored measurement of each candidate on exactly this device."""
-    return {m.instance: m for m, _, _ in db.measurements(problem.key, device) if m.instance in names}
+    """The latest stored measurement of each candidate on exactly this device, less environment failures
+    (a cache that could not be written, a worker time limit): those candidates are measured again."""
+    latest = {m.instance: m for m, _, _ in db.measurements(problem.key, device) if m.instance in names}
+    return {name: m for name, m in latest.items() if not retry_on_resume(m)}
 
 
 def _storing(progress: Progress, db: TuningDB, problem: Any, device: Any) -> Progress:

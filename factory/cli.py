@@ -481,14 +481,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; see the module docstring for the exit rule."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        errors.print("kfactory: interrupted", markup=False, highlight=False)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _warning_line
-        try:
-            args = build_parser().parse_args(argv)
-            return _run(args)
-        except KeyboardInterrupt:
-            errors.print("kfactory: interrupted", markup=False, highlight=False)
-            return EXIT_INTERRUPTED
+        return _run(build_parser().parse_args(argv))
 
 
 def _run(args: argparse.Namespace) -> int:

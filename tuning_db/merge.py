@@ -71,7 +71,20 @@ def snapshot(session: Session, schema_version: int, location: str = "database") 
     )
 
 
-def _refuse_orphans(session: Session, location: str) -> None:
+def _guarded(write: Writer, location: str) -> Writer:
+    """`write` whose ValueErrors (a stored value SQLAlchemy cannot read back) name the database."""
+
+    def guarded(work: Callable[[Session], T]) -> T:
+        try:
+            return write(work)
+        except ValueError as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CorruptDatabaseError(f"{location}: unreadable stored value: {detail}") from exc
+
+    return guarded
+
+
+def _refuse_orphans(session: Session, location: str, consequence: str = "nothing exported") -> None:
     devices = select(DeviceRow.id)
     measurements = select(MeasurementRow.id)
     orphans = {
@@ -86,7 +99,7 @@ def _refuse_orphans(session: Session, location: str) -> None:
     }
     found = [f"{n} {what}" for what, n in orphans.items() if n]
     if found:
-        raise CorruptDatabaseError(f"{location}: {'; '.join(found)}; nothing exported (the database is damaged)")
+        raise CorruptDatabaseError(f"{location}: {'; '.join(found)}; {consequence} (the database is damaged)")
 
 
 @dataclass(frozen=True)
@@ -98,13 +111,17 @@ class _Batch:
     seen: Counter[MeasurementKey]
 
 
-def import_document(document: TransferDocument, write: Writer, now: datetime) -> ImportReport:
+def import_document(
+    document: TransferDocument, write: Writer, now: datetime, location: str = "database"
+) -> ImportReport:
     """Merge `document` in short transactions of at most BATCH_ROWS rows each.
 
     Devices first, then measurements not stored yet, then each imported winner offered to the winner
     rule. Every batch commits whole; an interrupted import leaves whole batches, and running it again
     adds only what is missing (measurements are matched, not appended twice).
     """
+    write = _guarded(write, location)
+    write(lambda session: _refuse_orphans(session, location, "nothing imported"))
     device_ids, devices_added = write(lambda session: _ensure_devices(session, document.devices))
     seen: Counter[MeasurementKey] = Counter()
     ids: list[int] = []

@@ -126,7 +126,7 @@ class TuningDB:
     def import_json(self, path: str | os.PathLike[str]) -> ImportReport:
         """Merge an export: add unseen measurements, keep the faster winner per (problem, device)."""
         document = read_document(path)
-        return import_document(document, self._write, _utcnow())
+        return import_document(document, self._write, _utcnow(), self.location)
 
     # -- reading -------------------------------------------------------------------------------
 

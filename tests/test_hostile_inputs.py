@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import factory.backends
@@ -256,17 +256,17 @@ def test_every_path_argument_is_handled_and_loses_nothing(home: Path, kind: str,
             k: v for k, v in before_tree.items() if k != exported.name}
 
 
-ENV_VALUES = st.sampled_from(["", " ", "/", "/dev/null", "relative/x.db", "~/x.db", "no_such_dir/deeper/x.db",
+ENV_VALUES = (["", " ", "/", "/dev/null", "relative/x.db", "~/x.db", "no_such_dir/deeper/x.db",
                               "postgresql://u:p@localhost/db", "mysql://h/d", "foo://x", "sqlite://",
                               "sqlite:///:memory:", "http://example.com", "a\nb", "ü.db", "cuda", "hip", "CUDA",
                               "x" * 300])
 
 
 @fuzz(40)
-@given(variable=st.sampled_from(["KFACTORY_DB", "KFACTORY_CACHE_DIR", "KFACTORY_BACKEND"]), value=ENV_VALUES,
-       command=st.sampled_from(["stats", "query", "tune"]))
-def test_every_environment_variable_is_handled(home: Path, variable: str, value: str, command: str) -> None:
-    assume("\x00" not in value)  # no environment can hold a NUL
+@given(variable=st.sampled_from(["KFACTORY_DB", "KFACTORY_CACHE_DIR", "KFACTORY_BACKEND"]),
+       index=st.integers(0, len(ENV_VALUES) - 1), command=st.sampled_from(["stats", "query", "tune"]))
+def test_every_environment_variable_is_handled(home: Path, variable: str, index: int, command: str) -> None:
+    value = ENV_VALUES[index]
     scratch = home / "cwd"
     scratch.mkdir(exist_ok=True)
     argv = {"stats": ["db", "stats"], "query": ["query", *CELL, "--problem", SPEC],

@@ -33,7 +33,7 @@ from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, Unsuppo
 from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, served_choice
 from . import sources
 from .sources import hash_of, source_of
-from .tuner import Progress, TuneSettings, tune
+from .tuner import Progress, TuneSettings, retry_on_resume, tune
 from tuning_db import DEFAULT_DB_ENV, Measurement, TuningDB, Winner
 
 __all__ = [
@@ -90,13 +90,15 @@ def tune_problem(
 
 
 def _stored_measurements(db: TuningDB, problem: Any, device: Any, code: Mapping[str, str]) -> dict[str, Measurement]:
-    """The latest stored measurement of each candidate on exactly this device and its current code.
+    """The latest stored measurement of each candidate on exactly this device and its current code,
+    less environment failures (a cache that could not be written, a worker time limit).
 
-    A measurement of other code (the template changed) or of unknown code (a row older than
-    source hashes) is not reused: the candidate is measured again.
+    A measurement of other code (the template changed), of unknown code (a row older than source
+    hashes) or failed by the environment is not reused: the candidate is measured again.
     """
-    return {m.instance: m for m, _, _ in db.measurements(problem.key, device)
-            if m.source_hash is not None and code.get(m.instance) == m.source_hash}
+    latest = {m.instance: m for m, _, _ in db.measurements(problem.key, device)
+              if m.source_hash is not None and code.get(m.instance) == m.source_hash}
+    return {name: m for name, m in latest.items() if not retry_on_resume(m)}
 
 
 def _stamped(m: Measurement, code: Mapping[str, str]) -> Measurement:

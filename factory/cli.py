@@ -1,14 +1,19 @@
 """kfactory: generate | list | tune | query | db | bench.
 
-User errors (bad problem, unsupported configuration, unreadable DB) print one line and exit 2.
+One rule at the top: anything the user can cause (a bad argument, environment variable, path, file or
+DB) prints one line naming the culprit and exits 2; Ctrl-C exits 130 and leaves every file whole; only
+our own bugs show a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
+import os
 import sys
+import warnings
 from datetime import timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
@@ -17,8 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import codegen
-from .backends import BackendError
+from . import codegen, outdir
+from .backends import BACKEND_ENV, BackendError, BackendKind
 from .bench import add_bench_parser
 from .catalog import Instance, select_instances
 from .device import DEFAULT_TARGET, TARGETS, target_for, target_named
@@ -27,6 +32,8 @@ from .problem import DType, KernelFactoryError, Layout, Op
 from .selector import check_supported, explain, heuristic_pick, lookup
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+MIN_REPS, MAX_REPS = 2, 100_000  # the median and spread need two samples; more is hours per candidate
 console = Console(stderr=False)
 errors = Console(stderr=True, soft_wrap=True)  # soft wrap: an error stays one line at any width
 
@@ -39,7 +46,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line (no usage block) and exit 2; subcommands inherit it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters escaped, so a message stays one line."""
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
 # --- argument helpers ---------------------------------------------------------------------------
@@ -51,6 +63,22 @@ def _enum_arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
+
+
+def _reps(text: str) -> int:
+    try:
+        reps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--reps must be a whole number (got {text!r})") from None
+    if not MIN_REPS <= reps <= MAX_REPS:
+        raise argparse.ArgumentTypeError(f"--reps must be between {MIN_REPS} and {MAX_REPS} (got {reps})")
+    return reps
+
+
+def _out_dir(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--out must name a directory (got an empty string)")
+    return text
 
 
 def _implemented_op(text: str) -> Op:
@@ -74,10 +102,30 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="tuning DB: SQLAlchemy URL or SQLite file (default: $KFACTORY_DB or the user data dir)")
 
 
-def _open_db(args: argparse.Namespace):
+def _open_db(args: argparse.Namespace, read_only: bool = False):
+    """The tuning DB of --db / $KFACTORY_DB; `read_only` commands open an existing SQLite file read-only,
+    so they work on a file they may not write and can never change it."""
     from tuning_db import TuningDB
+    from tuning_db.paths import as_db_url, default_db_url, read_only_url
 
-    return TuningDB(args.db)
+    url = as_db_url(args.db) if args.db is not None else default_db_url()
+    return TuningDB(read_only_url(url) if read_only else url)
+
+
+def _backend():
+    """The GPU backend; a bad $KFACTORY_BACKEND is a usage error naming it."""
+    from .backends import get_backend
+
+    value = os.environ.get(BACKEND_ENV, "")
+    if value and value not in {k.value for k in BackendKind}:
+        raise UsageError(f"{BACKEND_ENV}={value!r} is not one of {', '.join(k.value for k in BackendKind)}")
+    return get_backend()
+
+
+def _check_family(op: Op, family: str | None) -> None:
+    families = sorted(solver_for(op).families)
+    if family is not None and family not in families:
+        raise UsageError(f"--family {family!r} is not a family of {op.value}; families: {', '.join(families)}")
 
 
 def _problem(args: argparse.Namespace):
@@ -101,24 +149,29 @@ def _progress() -> Progress:
 
 # --- generate -----------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
+    _check_family(args.op, args.family)
     matching = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
     instances = [i for i in matching if i.why_not_on(args.target) is None]
     if not instances:
         extra = f" that run on {args.target.arch}" if matching else ""
         raise UsageError(f"no instances match those filters{extra}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    selection = outdir.Selection(args.op.value, args.layout.value if args.layout else None,
+                                 args.dtype.value if args.dtype else None, args.ndim, args.family, args.target.arch)
+    try:
+        previous = outdir.prepare(out, selection, (inst.name for inst in instances))
+    except outdir.OutputDirError as exc:
+        raise UsageError(str(exc)) from None
     manifest = []
     with _progress() as progress:
         task = progress.add_task(f"rendering {args.op.value}", total=len(instances))
         for inst in instances:
             source = codegen.render(inst)
-            path = out / f"{inst.name}.hip"
-            path.write_text(source)
+            path = out / f"{inst.name}{outdir.SOURCE_SUFFIX}"
+            outdir.write_atomic(path, source)
             manifest.append(_instance_record(inst) | {"file": path.name, "source_hash": codegen.source_hash(source)})
             progress.advance(task)
-    (out / "manifest.json").write_text(
-        json.dumps({"op": args.op.value, "target": args.target.arch, "instances": manifest}, indent=2) + "\n")
+    outdir.publish(out, selection, manifest, previous)
     counts = collections.Counter((r["layout"], r["dtype"], r["ndim"]) for r in manifest)
     skipped = len(matching) - len(instances)
     note = f"; {skipped} left out: they cannot run on {args.target.arch}" if skipped else ""
@@ -140,7 +193,8 @@ def _instance_record(inst: Instance) -> dict[str, Any]:
 
 # --- list ---------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    if args.problem:
+    _check_family(args.op, args.family)
+    if args.problem is not None:
         problem = _problem(args)
         applicable = lookup(problem, target=args.target)
         rejected = explain(problem, target=args.target) if args.why else []
@@ -194,14 +248,16 @@ def _print_instances(instances: Sequence[Instance], title: str) -> None:
 # --- tune ---------------------------------------------------------------------------------------
 def cmd_tune(args: argparse.Namespace) -> int:
     from .api import tune_problem
-    from .backends import get_backend
     from .tuner import TuneSettings
 
     problem = _problem(args)
+    backend = _backend()  # before the DB: a machine without a GPU leaves no new DB file behind
     db = _open_db(args)
-    backend = get_backend()
     with _progress() as bar:
         outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **_tune_hooks(bar), fresh=args.fresh)
+    if not any(m.verified for m in outcome.measurements):
+        # The stored winner (if any) is not this run's outcome: --fresh decided from new times only.
+        outcome = dataclasses.replace(outcome, winner=None)
     ranked = sorted(outcome.measurements, key=lambda m: (not m.verified, m.median_us or float("inf")))
     if args.json:
         _emit_json({
@@ -263,13 +319,12 @@ def _tune_hooks(bar: Progress) -> dict[str, Any]:
 
 # --- query --------------------------------------------------------------------------------------
 def cmd_query(args: argparse.Namespace) -> int:
-    from .backends import get_backend
     from .selector import stored_choice, tune_command
 
     problem = _problem(args)
-    db = _open_db(args)
+    db = _open_db(args, read_only=True)
     try:
-        device = get_backend().device_info()
+        device = _backend().device_info()
         device_error = None
     except BackendError as exc:
         device, device_error = None, str(exc)
@@ -323,7 +378,7 @@ def _refusal_record(r: Any) -> dict[str, Any]:
 def cmd_db(args: argparse.Namespace) -> int:
     if args.db_command == "verify":
         return cmd_db_verify(args)
-    db = _open_db(args)
+    db = _open_db(args, read_only=args.db_command != "import")
     if args.db_command == "stats":
         stats = db.stats()
         data = stats.__dict__ if hasattr(stats, "__dict__") else dict(stats)
@@ -346,15 +401,14 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_db_verify(args: argparse.Namespace) -> int:
-    from .backends import get_backend
     from .recheck import Action, as_record, describe, recheck_winners
     from .tuner import TuneSettings
 
     if not args.threshold >= 1.0 or args.threshold == float("inf"):
         raise UsageError(f"--threshold must be a finite number >= 1 (got {args.threshold})")
     op = args.op.value if args.op else None
+    backend = _backend()
     db = _open_db(args)
-    backend = get_backend()
     with _progress() as bar:
         task = bar.add_task("verifying", total=len(db.winners(op)))
         seen = [0]
@@ -396,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(gen, required=False)
     gen.add_argument("--ndim", type=int, choices=(1, 2, 3))
     gen.add_argument("--family", help="kernel family (e.g. dl, dw)")
-    gen.add_argument("--out", default="build/instances", help="output directory (default build/instances)")
+    gen.add_argument("--out", type=_out_dir, default="build/instances",
+                     help="output directory: new, empty, or an earlier generate's with the same filters (default build/instances)")
     _add_target(gen)
     gen.set_defaults(func=cmd_generate)
 
@@ -420,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "query":
             _add_target(p, "target the heuristic's pick is for when no GPU is present (default sm_90)")
         if name == "tune":
-            p.add_argument("--reps", type=int, default=25, help="timed repetitions per candidate (>= 20 recommended)")
+            p.add_argument("--reps", type=_reps, default=25,
+                           help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS}; >= 20 recommended)")
             p.add_argument("--fresh", action="store_true",
                            help="measure every candidate again (default: continue, keeping this device's earlier measurements)")
         p.set_defaults(func=func)
@@ -440,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--op", type=_enum_arg(_implemented_op), help="only winners of this op")
     ver.add_argument("--threshold", type=float, default=1.25,
                      help="re-tune when now > threshold x the recorded time (default 1.25)")
-    ver.add_argument("--reps", type=int, default=25, help="timed repetitions per candidate")
+    ver.add_argument("--reps", type=_reps, default=25, help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS})")
     ver.add_argument("--json", action="store_true")
     _add_db(ver)
     db.set_defaults(func=cmd_db)
@@ -450,21 +506,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; see the module docstring for the exit rule."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        errors.print("kfactory: interrupted", markup=False, highlight=False)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        return _run(build_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
     from tuning_db import TuningDBError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except (KernelFactoryError, TuningDBError, UsageError) as exc:
-        errors.print(f"kfactory: error: {exc}", markup=False, highlight=False)
-        return EXIT_USAGE
+        return _fail(f"kfactory: error: {exc}")
+    except OSError as exc:  # a path or device the user named, or the environment pointed at
+        return _fail(f"kfactory: error: {_os_error(exc)}")
     except BackendError as exc:
-        errors.print(f"kfactory: GPU runtime error: {exc}", markup=False, highlight=False)
+        _fail(f"kfactory: GPU runtime error: {exc}")
         return 1
-    except KeyboardInterrupt:
-        errors.print("kfactory: interrupted")
-        return 130
+
+
+def _fail(message: str) -> int:
+    errors.print(one_line(message), markup=False, highlight=False)
+    return EXIT_USAGE
+
+
+def _os_error(exc: OSError) -> str:
+    """`path: reason`, naming both files of a rename."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    return f"{' -> '.join(names)}: {reason}" if names else reason
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """Warnings (an unusable compile cache, ...) as one line each, not Python's two."""
+    errors.print(one_line(f"kfactory: warning: {message}"), markup=False, highlight=False)
 
 
 if __name__ == "__main__":

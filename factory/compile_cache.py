@@ -4,6 +4,9 @@ Default location: platformdirs' user cache dir for "kernel-factory" (e.g. ~/.cac
 $KFACTORY_CACHE_DIR moves it. Each entry carries a checksum of its payload: a truncated or corrupt
 entry is rebuilt, never loaded. Entries are written to a temp name and published with os.replace,
 so concurrent processes never see half a file.
+
+The cache only saves time: a directory that cannot be created, read or written never fails a
+candidate. The binary is compiled in memory and used, and a CacheWarning says so once per directory.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import multiprocessing
 import os
 import struct
 import tempfile
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +31,40 @@ _MAGIC = b"KFBIN001"
 _HEADER = struct.Struct("<8s32sQ")  # magic, sha256 of payload, payload length
 
 
+class CacheWarning(UserWarning):
+    """The compile cache cannot be used; compiles go on in memory."""
+
+
+_warned: set[str] = set()
+
+
 def cache_dir() -> Path:
+    """The cache directory, created if missing; raises OSError when it cannot be."""
     env = os.environ.get(CACHE_ENV)
     path = Path(env) if env else Path(platformdirs.user_cache_dir("kernel-factory")) / "binaries"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def usable_cache_dir() -> Path | None:
+    """cache_dir(), or None (after one warning) when it cannot be created."""
+    try:
+        return cache_dir()
+    except (OSError, ValueError) as exc:
+        where = os.environ.get(CACHE_ENV) or "the user cache directory"
+        warn_once(where, f"compile cache {where} is unusable ({_reason(exc)}); compiling without it")
+        return None
+
+
+def warn_once(key: str, message: str) -> None:
+    """One CacheWarning per key and process: a tune of 100 candidates says it once."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
 def cache_key(source: str, arch: str, compiler: str, options: Sequence[str]) -> str:
@@ -79,22 +112,32 @@ class CompileOutcome:
     binary: bytes | None
     error: str | None
     cached: bool
+    cache_error: str | None = None  # the binary is good, but could not be stored in the cache
 
 
 def compile_cached(kind: BackendKind, job: CompileJob, directory: Path | None = None) -> CompileOutcome:
-    """Compile one job through the cache (the unit of work of a worker process)."""
-    directory = directory or cache_dir()
+    """Compile one job through the cache (default: cache_dir(), or no cache when it is unusable)."""
+    return _compile_one(kind, job, directory if directory is not None else usable_cache_dir())
+
+
+def _compile_one(kind: BackendKind, job: CompileJob, directory: Path | None) -> CompileOutcome:
+    """The unit of work of a worker process; `directory` None compiles without the cache."""
     try:
         compiler = compiler_version(kind)
-        path = directory / f"{cache_key(job.source, job.arch, compiler, job.options)}.bin"
-        payload = _read_entry(path)
+        path = None if directory is None else directory / f"{cache_key(job.source, job.arch, compiler, job.options)}.bin"
+        payload = None if path is None else _read_entry(path)
         if payload is not None:
             return CompileOutcome(job.name, payload, None, True)
         result: CompiledBinary = compiler_for(kind)(job.source, job.arch, job.options)
-        _write_entry(path, result.binary)
-        return CompileOutcome(job.name, result.binary, None, False)
     except Exception as exc:  # noqa: BLE001 - a failed candidate is recorded with its error, never fatal
         return CompileOutcome(job.name, None, f"{type(exc).__name__}: {exc}", False)
+    if path is None:
+        return CompileOutcome(job.name, result.binary, None, False)
+    try:
+        _write_entry(path, result.binary)
+    except OSError as exc:
+        return CompileOutcome(job.name, result.binary, None, False, f"{directory}: {_reason(exc)}")
+    return CompileOutcome(job.name, result.binary, None, False)
 
 
 def compile_many(
@@ -104,22 +147,24 @@ def compile_many(
     on_done: Callable[[CompileOutcome], None] | None = None,
 ) -> dict[str, CompileOutcome]:
     """Compile jobs in worker processes (runtime compilers scale poorly across threads)."""
-    directory = cache_dir()
+    directory = usable_cache_dir()
     outcomes: dict[str, CompileOutcome] = {}
+
+    def done(outcome: CompileOutcome) -> None:
+        outcomes[outcome.name] = outcome
+        if outcome.cache_error is not None:
+            warn_once(str(directory), f"compile cache cannot be written ({outcome.cache_error}); compiling without it")
+        if on_done:
+            on_done(outcome)
+
     workers = workers or min(len(jobs), os.cpu_count() or 1)
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
-            outcome = compile_cached(kind, job, directory)
-            outcomes[job.name] = outcome
-            if on_done:
-                on_done(outcome)
+            done(_compile_one(kind, job, directory))
         return outcomes
     context = multiprocessing.get_context("spawn")  # never fork a process that holds a GPU context
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(compile_cached, kind, job, directory) for job in jobs]
+        futures = [pool.submit(_compile_one, kind, job, directory) for job in jobs]
         for future in as_completed(futures):
-            outcome = future.result()
-            outcomes[outcome.name] = outcome
-            if on_done:
-                on_done(outcome)
+            done(future.result())
     return outcomes

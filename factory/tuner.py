@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import statistics
 import time
 import warnings
@@ -35,7 +36,7 @@ from .device import DeviceTarget, target_for
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
 from .verify import reference_outputs, verify
-from .worker import Worker, WorkerLost, WorkerSpec
+from .worker import LossKind, Worker, WorkerLost, WorkerSpec
 from tuning_db import Measurement
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # well above any current GPU's last-level cache
@@ -68,6 +69,36 @@ class Progress:
     on_measured: Callable[[Measurement], None] | None = None
     on_stage: Callable[[str, int], None] | None = None  # (stage name, total items)
     on_worker_restart: Callable[[str, str], None] | None = None  # (candidate that lost the worker, why)
+
+
+class FailureCause(enum.Enum):
+    """Why a measurement failed, which decides whether a resumed tune measures it again."""
+
+    CANDIDATE = "candidate"  # the kernel: it does not compile, launch or verify; measuring again changes nothing
+    ENVIRONMENT = "environment"  # this machine at that moment: cache I/O, a worker time limit
+
+
+# Errors of the environment, as stored in Measurement.error: a worker killed on its time limit, and
+# file-system errors around a compile (a cache directory that could not be written, before such
+# failures stopped failing candidates).
+_ENVIRONMENT_ERROR = re.compile(
+    rf"^({re.escape(LossKind.TIMEOUT.value)}: |compile: (OSError|PermissionError|FileNotFoundError|FileExistsError"
+    r"|IsADirectoryError|NotADirectoryError|BlockingIOError|InterruptedError)\b)"
+)
+
+
+def failure_cause(m: Measurement) -> FailureCause | None:
+    """None for a verified measurement, else whether the candidate or the environment failed."""
+    if m.verified:
+        return None
+    if m.error is not None and _ENVIRONMENT_ERROR.match(m.error):
+        return FailureCause.ENVIRONMENT
+    return FailureCause.CANDIDATE
+
+
+def retry_on_resume(m: Measurement) -> bool:
+    """Whether a resumed tune measures this candidate again instead of reusing `m`."""
+    return failure_cause(m) is FailureCause.ENVIRONMENT
 
 
 # Derived candidate time limits (seconds), see candidate_timeout().
@@ -384,6 +415,9 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
     except BackendError as exc:
         return Outcome(Measurement(cand.name, None, None, 0, False, f"launch: {exc}"), exc.sticky)
     median = statistics.median(samples)
+    if not (median > 0.0 and median < float("inf")):
+        # Events that report no time cannot rank a kernel; a time of 0 would beat every real one.
+        return Outcome(Measurement(cand.name, None, None, len(samples), False, f"timing: median {median!r} us is not a time"))
     seconds = median * 1e-6
     return Outcome(Measurement(
         cand.name,

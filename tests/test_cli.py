@@ -176,7 +176,7 @@ def test_generate_writes_one_source_per_instance_and_a_manifest(capsys, tmp_path
 def test_generate_with_filters_matching_nothing_is_a_usage_error(capsys, tmp_path):
     code, _, err = run(capsys, "generate", "--family", "no_such_family", "--out", str(tmp_path / "o"))
     assert code == 2
-    assert "no instances match" in one_error_line(err)
+    assert "'no_such_family' is not a family of conv_bwd_weight" in one_error_line(err)
     assert not (tmp_path / "o").exists()
 
 

@@ -58,6 +58,8 @@ def enable_wal(engine: Engine) -> str | None:
                 row = conn.connection.dbapi_connection.execute("PRAGMA journal_mode = WAL").fetchone()
             return None if row is None else str(row[0])
         except sqlite3.OperationalError as exc:
+            if _is_read_only(exc):
+                return None  # opened read-only: nothing of the file may change, its mode included
             if not _is_busy(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.005)
@@ -66,6 +68,11 @@ def enable_wal(engine: Engine) -> str | None:
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return code is not None and (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _is_read_only(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) == sqlite3.SQLITE_READONLY
 
 
 def _sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolEntry) -> None:

@@ -16,4 +16,12 @@ class NewerSchemaError(TuningDBError):
 
 
 class DatabaseFileError(TuningDBError):
-    """An export file could not be read or does not have the expected shape."""
+    """An export file could not be read or written, or does not have the expected shape."""
+
+
+class DatabaseURLError(TuningDBError):
+    """--db / $KFACTORY_DB names no database this installation can open (bad URL, missing driver, bad path)."""
+
+
+class CorruptDatabaseError(TuningDBError):
+    """The database opened, but holds values or references no kernel-factory wrote."""

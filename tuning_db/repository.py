@@ -17,8 +17,8 @@ from factory.backends.base import DeviceInfo
 from .changes import ChangeProbe
 from .devices import ensure_device_id, find_device_id, mismatches, to_device_info
 from .engine import EngineHandle
-from .errors import TuningDBError
-from .merge import merge, snapshot
+from .errors import CorruptDatabaseError, TuningDBError
+from .merge import import_document, snapshot
 from .models import DeviceRow, MeasurementRow, WinnerRow
 from .paths import as_db_url, default_db_url, describe_location
 from .records import DbStats, ImportReport, Measurement, RefusedWinner, Winner, WinnerLookup
@@ -142,7 +142,7 @@ class TuningDB:
     def import_json(self, path: str | os.PathLike[str]) -> ImportReport:
         """Merge an export: add unseen measurements, keep the faster winner per (problem, device)."""
         document = read_document(path)
-        return self._write(lambda session: merge(session, document, _utcnow()))
+        return import_document(document, self._write, _utcnow(), self.location)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class TuningDB:
     def export_json(self, path: str | os.PathLike[str]) -> int:
         """Write the whole database as JSON; returns rows written (devices + measurements + winners)."""
         with self._read() as session:
-            document = snapshot(session, self.schema_version)
+            document = snapshot(session, self.schema_version, self.location)
         write_document(path, document)
         return document.rows
 
@@ -222,8 +222,12 @@ class TuningDB:
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
-        with self._translate_errors(), Session(self._handle.reader()) as session, session.begin():
-            yield session
+        try:
+            with self._translate_errors(), Session(self._handle.reader()) as session, session.begin():
+                yield session
+        except ValueError as exc:  # a stored value no kernel-factory wrote (a non-ISO timestamp, ...)
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CorruptDatabaseError(f"{self.location}: unreadable stored value: {detail}") from exc
 
     def _write(self, work: Callable[[Session], T]) -> T:
         for attempt in range(_WRITE_ATTEMPTS):

@@ -98,13 +98,18 @@ def _stored_version(conn: Connection, location: str) -> int | None:
             f"{location}: an SQLite database, but not a kernel-factory tuning database; "
             f"point --db/KFACTORY_DB at another file"
         )
-    if ours and "meta" not in ours:
+    if (ours and "meta" not in ours) or _holds_rows(conn, ours - {"meta"}):
+        # Stamping the current version on data of unknown version could misread every row.
         raise NotADatabaseError(
             f"{location}: has tables named like a tuning database but no schema version; "
             f"point --db/KFACTORY_DB at another database"
         )
-    # Empty, or only an unversioned meta table left by a creation that did not finish.
+    # Empty, or empty tables left by a creation that did not finish (DDL outside the transaction).
     return None
+
+
+def _holds_rows(conn: Connection, tables: set[str]) -> bool:
+    return any(conn.execute(text(f'SELECT 1 FROM "{name}" LIMIT 1')).first() is not None for name in sorted(tables))
 
 
 def _read_version(conn: Connection, location: str) -> int | None:

@@ -20,8 +20,9 @@ class Outcome(enum.Enum):
 
 
 def can_win(verified: bool, median_us: float | None) -> bool:
-    """Only a verified, finite time may be served: a fast wrong kernel is worse than a slow one."""
-    return verified and median_us is not None and math.isfinite(median_us) and median_us >= 0.0
+    """Only a verified, finite, positive time may be served: a fast wrong kernel is worse than a slow one,
+    and a time of 0 would beat every real one forever."""
+    return verified and median_us is not None and math.isfinite(median_us) and median_us > 0.0
 
 
 def fastest(rows: Iterable[MeasurementRow]) -> MeasurementRow | None:

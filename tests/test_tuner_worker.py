@@ -52,7 +52,7 @@ class FakeSolver:
     def tensors(self, problem: FakeProblem) -> list[TensorSpec]:
         return [TensorSpec("x", (N,), Scalar.F32, Role.INPUT, "N"), TensorSpec("y", (N,), Scalar.F32, Role.OUTPUT, "N")]
 
-    def launch_plan(self, family: str, params: Any, problem: FakeProblem) -> LaunchPlan:
+    def launch_plan(self, family: str, params: Any, problem: FakeProblem, target: Any = None) -> LaunchPlan:
         return LaunchPlan((Launch("double", (1, 1, 1), (N, 1, 1), (Buf("x"), Buf("y"))),))
 
     def reference(self, problem: FakeProblem, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -63,6 +63,9 @@ class FakeSolver:
 
     def random_inputs(self, problem: FakeProblem, rng: np.random.Generator) -> None:
         return None  # uniform inputs, as OpModule's default
+
+    def error_scale(self, problem: FakeProblem, inputs: dict[str, np.ndarray]) -> None:
+        return None  # judged against the reference of |inputs|, as OpModule's default
 
     def traffic(self, problem: FakeProblem) -> tuple[int, int]:
         return 2 * N * 4, N

@@ -23,7 +23,7 @@ import pytest
 
 import kernel_emulator
 from factory.catalog import Instance
-from factory.ops.base import Launch, Memset
+from factory.ops.base import I32, Launch, Memset
 from factory.ops.conv_bwd_weight import SOLVER, Reduction
 from factory.problem import ConvProblem, DType, Layout
 from factory.selector import lookup
@@ -159,10 +159,10 @@ def _fewer_finalize_splits(plan: Any) -> Any:
     """The second stage sums one split fewer than the main kernel wrote."""
     def change(step: Any) -> Any:
         if isinstance(step, Launch) and step.entry == "kf_finalize":
-            args = list(step.args)
-            assert args[3].value > 1
-            args[3] = dataclasses.replace(args[3], value=args[3].value - 1)  # (ws, dst, total, splits, stride)
-            return dataclasses.replace(step, args=tuple(args))
+            (split_args,) = step.args  # kf_splitk_args
+            splits = split_args["splits"].value
+            assert splits > 1
+            return dataclasses.replace(step, args=(split_args.replace(splits=I32(splits - 1)),))
         return step
     return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from factory import abi, codegen
+from factory.device import DEFAULT_TARGET
 from factory.catalog import (
     CatalogError,
     Instance,
@@ -48,7 +49,7 @@ GRID_X_MAX = 2**31 - 1
 GRID_YZ_MAX = 65535
 BLOCK_DIM_MAX = (1024, 1024, 64)
 BLOCK_THREADS_MAX = 1024
-SHARED_DEFAULT_MAX = 48 * 1024
+SHARED_MAX = DEFAULT_TARGET.shared_optin  # what the backend lets a block have once it raises the limit
 INT32_RANGE = range(-(2**31), 2**31)
 
 
@@ -440,7 +441,7 @@ def plan_problems(inst: Instance, problem: ConvProblem, plan: LaunchPlan) -> lis
         threads = math.prod(step.block)
         if min(step.block) < 1 or any(b > m for b, m in zip(step.block, BLOCK_DIM_MAX)) or threads > BLOCK_THREADS_MAX:
             errors.append(f"{where}: block outside CUDA limits")
-        if not 0 <= step.shared_bytes <= SHARED_DEFAULT_MAX:
+        if not 0 <= step.shared_bytes <= SHARED_MAX:
             errors.append(f"{where}: {step.shared_bytes} bytes of dynamic shared memory")
         for arg in step.args:
             if isinstance(arg, Struct):

@@ -376,6 +376,8 @@ def wrong_values(cls: type, name: str) -> list[Any]:
         return [1, 0, "yes", None]
     if name == "op":
         return ["conv_bwd_weight", None, Op.CONV_BWD_DATA if cls is GroupNormProblem else Op.GROUPNORM_BWD]
+    if name == "pad_right":  # None is valid there: the same as pad
+        return [5, [5], "5", (5.0,), (True,), ("5",)]
     return [5, [5], "5", None, (5.0,), (True,), ("5",)]  # spatial tuples
 
 

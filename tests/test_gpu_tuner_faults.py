@@ -188,7 +188,7 @@ def test_tune_survives_a_faulting_and_a_hanging_candidate(gpu_backend, faulty_fa
 def test_tune_problem_stores_the_winner_and_the_failures(gpu_backend, faulty_family, monkeypatch, tmp_path):
     backend = gpu_backend
     cands, good, oob, hang = candidates()
-    monkeypatch.setattr(api, "lookup", lambda problem: list(cands))
+    monkeypatch.setattr(api, "lookup", lambda problem, *_, **__: list(cands))
     db = TuningDB(str(tmp_path / "tuning.sqlite"))
     outcome = api.tune_problem(PROBLEM, backend, db, settings())
 

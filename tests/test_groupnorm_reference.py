@@ -29,14 +29,14 @@ def random_problems(count: int, seed: int) -> list[GroupNormProblem]:
 
 
 def torch_backward(problem: GroupNormProblem, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    ncs = {k: gn._to_ncs(problem, inputs[k]).reshape(problem.N, problem.C, *problem.input) for k in ("x", "dy")}
+    ncs = {k: gn.to_ncs(problem, inputs[k]).reshape(problem.N, problem.C, *problem.input) for k in ("x", "dy")}
     x, dy = (torch.from_numpy(np.ascontiguousarray(ncs[k])) for k in ("x", "dy"))
     gamma = torch.from_numpy(inputs["gamma"].reshape(problem.C)) if problem.affine else None
     dx, dgamma, dbeta = torch.ops.aten.native_group_norm_backward(
         dy, x, torch.from_numpy(inputs["mean"]), torch.from_numpy(inputs["rstd"]), gamma,
         problem.N, problem.C, problem.spatial, problem.G, [True, problem.affine, problem.affine],
     )
-    out = {"dx": gn._from_ncs(problem, dx.numpy().reshape(problem.N, problem.C, -1))}
+    out = {"dx": gn.from_ncs(problem, dx.numpy().reshape(problem.N, problem.C, -1))}
     if problem.affine:
         out |= {"dgamma": dgamma.numpy().reshape(problem.G, -1), "dbeta": dbeta.numpy().reshape(problem.G, -1)}
     return out
@@ -65,7 +65,7 @@ def test_reference_matches_torch_on_consistent_statistics(layout):
     theirs = torch_backward(problem, inputs)
     for name in ours:
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-10, atol=1e-10, err_msg=name)
-    dx = gn._to_ncs(problem, ours["dx"]).reshape(problem.N, problem.G, -1)
+    dx = gn.to_ncs(problem, ours["dx"]).reshape(problem.N, problem.G, -1)
     np.testing.assert_allclose(dx.sum(-1), 0.0, atol=1e-6)
 
 

@@ -162,7 +162,7 @@ class GroupNormBwd(OpModule[GroupNormProblem]):
         last: dict[str, Any] = {}
 
         def run() -> None:
-            last["out"] = torch.ops.aten.native_group_normbackward(
+            last["out"] = torch.ops.aten.native_group_norm_backward(
                 dy, x, mean, rstd, gamma, problem.N, problem.C, problem.spatial, problem.G, mask)
 
         def outputs() -> dict[str, Any]:

@@ -159,11 +159,10 @@ def _fewer_finalize_splits(plan: Any) -> Any:
     """The second stage sums one split fewer than the main kernel wrote."""
     def change(step: Any) -> Any:
         if isinstance(step, Launch) and step.entry == "kf_finalize":
-            [args] = step.args  # the split-K argument struct
-            splits = args["splits"].value
+            (split_args,) = step.args  # kf_splitk_args
+            splits = split_args["splits"].value
             assert splits > 1
-            fields = tuple((name, I32(splits - 1) if name == "splits" else value) for name, value in args.fields)
-            return dataclasses.replace(step, args=(dataclasses.replace(args, fields=fields),))
+            return dataclasses.replace(step, args=(split_args.replace(splits=I32(splits - 1)),))
         return step
     return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
 

@@ -12,12 +12,43 @@ import re
 from functools import lru_cache
 
 import jinja2
+import jinja2.bccache
+
+from . import compile_cache
 
 from .catalog import Instance
 from .ops import solver_for
 from .resources import templates_dir
 
 _QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_./]+)"\s*$', re.MULTILINE)
+
+
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept across processes, so the first render of a family in a process (the
+    first select() of a problem it serves) skips Jinja's compile. Only a speed-up: a cache that
+    cannot be read or written is passed over."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _template_cache() -> jinja2.BytecodeCache | None:
+    """A `templates` folder in the compile cache, or None when there is no usable place."""
+    try:
+        directory = compile_cache.cache_dir() / "templates"
+        directory.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError):
+        return None
+    return _TemplateCache(str(directory))
 
 
 @lru_cache(maxsize=1)
@@ -27,6 +58,7 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
+        bytecode_cache=_template_cache(),
     )
 
 

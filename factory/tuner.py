@@ -29,7 +29,7 @@ import numpy as np
 from . import numerics
 from .backends import Backend, BackendError
 from .catalog import Instance
-from .codegen import render
+from .sources import source_of
 from .compile_cache import CompileJob, compile_many
 from .executor import LoadedBinary, PreparedPlan
 from .device import DeviceTarget, target_for
@@ -238,7 +238,7 @@ def tune(
 
     if progress.on_stage:
         progress.on_stage("compile", len(todo))
-    jobs = [CompileJob(c.name, render(c), info.arch) for c in todo]
+    jobs = [CompileJob(c.name, source_of(c).text, info.arch) for c in todo]
     compiled = compile_many(
         info.backend,
         jobs,

@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 import pytest
 
+import factory.sources
 import factory.tuner
 from factory import api
 from factory.backends import BackendKind
@@ -113,7 +114,7 @@ def faulty(problem: Any, fault: Fault) -> Instance:
 def faulty_family(monkeypatch):
     """The tuner sees the `faulty` family: its solver lookup and renderer know it for this test."""
     monkeypatch.setattr(factory.tuner, "solver_for", lambda op: FAULTY_SOLVER if op is Op.CONV_BWD_WEIGHT else solver_for(op))
-    monkeypatch.setattr(factory.tuner, "render", lambda c: render_faulty(c) if c.family == FAMILY else real_render(c))
+    monkeypatch.setattr(factory.sources, "render", lambda c: render_faulty(c) if c.family == FAMILY else real_render(c))
     yield
     assert multiprocessing.active_children() == [], "a worker process outlived its tune"
 

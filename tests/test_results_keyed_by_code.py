@@ -166,7 +166,6 @@ def test_a_template_edit_re_tunes_what_it_changed(monkeypatch, tmp_path):
 
     factory.sources.forget()
     monkeypatch.setattr(factory.sources, "render", render_edited)
-    monkeypatch.setattr(factory.tuner, "render", render_edited)
     try:
         with pytest.raises(NotTuned, match="measured on older code"):
             select(PROBLEM, mode="db", backend=edited_gpu(), db=db)

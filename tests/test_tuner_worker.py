@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from factory import tuner
+from factory import sources, tuner
 from factory.backends import BackendError, BackendKind, DeviceInfo
 from factory.catalog import Instance
 from factory.compile_cache import CompileOutcome
@@ -227,9 +227,11 @@ def fake_compile_many(kind, jobs, workers=None, on_done=None) -> dict[str, Compi
 @pytest.fixture(autouse=True)
 def fake_toolchain(monkeypatch):
     monkeypatch.setattr(tuner, "solver_for", lambda op: SOLVER)
-    monkeypatch.setattr(tuner, "render", lambda c: f"{c.params.kind.value}:{c.params.us}")
+    sources.forget()
+    monkeypatch.setattr(sources, "render", lambda c: f"{c.params.kind.value}:{c.params.us}")
     monkeypatch.setattr(tuner, "compile_many", fake_compile_many)
     yield
+    sources.forget()  # the fake sources must not outlive the test
     assert multiprocessing.active_children() == [], "a worker process outlived its tune"
 
 

@@ -249,6 +249,18 @@ def test_cuda_backend_compile_needs_no_device() -> None:
 
 
 @needs_nvrtc
+def test_a_compile_with_an_empty_log_leaves_python_s_shared_bytes_alone() -> None:
+    """NVRTC writes its log's terminating NUL into the buffer it is given; an empty log has size 1, and
+    a one-byte bytes object is CPython's shared singleton. Writing there once turned every b" " (and
+    text built from it, e.g. torch's operator schemas) into NUL for the rest of the process."""
+    from factory.backends.cuda import compile_cuda
+
+    result = compile_cuda('extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }', CUDA_ARCH)
+    assert result.log == "" and result.binary
+    assert bytes([32])[0] == 32 and " ".encode()[0] == 32 and b" ".decode() == " "
+
+
+@needs_nvrtc
 def test_binary_check_rejects_wrong_binaries() -> None:
     """The binary checks can fail: another SM, another machine, a renamed kernel, nothing at all."""
     from factory.backends.cuda import compile_cuda

@@ -117,7 +117,7 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] = ()) -> Compile
         if int(status) != 0:
             raise CompileError(f"NVRTC failed for {arch}: {status.name}", log)
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        buf = b" " * size
+        buf = bytearray(size)  # NVRTC writes here: never into a bytes object (see _program_log)
         _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
         return CompiledBinary(bytes(buf), arch, nvrtc_version(), log)
     finally:
@@ -126,9 +126,11 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] = ()) -> Compile
 
 def _program_log(nvrtc: Any, prog: Any) -> str:
     size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    # A fresh, writable buffer: an empty log has size 1, and `b" " * 1` is CPython's shared one-byte
+    # object, which NVRTC's terminating NUL would overwrite for the whole process.
+    buf = bytearray(size)
     _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\x00 ").decode(errors="replace")
+    return bytes(buf).rstrip(b"\x00 ").decode(errors="replace")
 
 
 @dataclass(frozen=True)

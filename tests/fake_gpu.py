@@ -57,6 +57,16 @@ def fake_compile(source: str, arch: str, options: Any = ()) -> CompiledBinary:
     return CompiledBinary(_MAGIC + hashlib.sha256(source.encode()).digest(), arch, FAKE_COMPILER)
 
 
+def isolate(monkeypatch: Any, tmp_path: Path) -> None:
+    """A test's own compile cache and default DB, no backend left over from another test, and the fake compiler."""
+    import factory.backends
+
+    monkeypatch.setenv("KFACTORY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KFACTORY_DB", str(tmp_path / "default.sqlite"))
+    monkeypatch.setattr(factory.backends, "_ACTIVE", {})
+    install_fake_compiler(monkeypatch.setattr)
+
+
 def install_fake_compiler(setattr: Callable[[Any, str, Any], None] = setattr) -> None:
     """Compile through the real cache, but with `fake_compile` (pass monkeypatch.setattr in tests).
 

@@ -23,7 +23,7 @@ from factory.problem import DType, Layout, parse_conv_problem
 from factory.recheck import Action, recheck_winners
 from factory.selector import SERVED, Refused, heuristic_pick, lookup, stored_choice
 from factory.sources import hash_of
-from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
+from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, isolate
 from tuning_db import SCHEMA_VERSION, Measurement, TuningDB
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
@@ -37,10 +37,7 @@ OLD_CODE = "0" * 64
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
-    monkeypatch.setenv("KFACTORY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KFACTORY_DB", str(tmp_path / "default.sqlite"))
-    monkeypatch.setattr(factory.backends, "_ACTIVE", {})
-    install_fake_compiler(monkeypatch.setattr)
+    isolate(monkeypatch, tmp_path)
 
 
 def ok(instance: str, us: float, code: str | None) -> Measurement:

@@ -14,7 +14,7 @@ from factory.api import NotTuned, select
 from factory.catalog import all_instances
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.selector import Refused, heuristic_pick, lookup, stored_choice, tune_command
-from fake_gpu import DEVICE, FakeGPU, code_of, install_fake_compiler
+from fake_gpu import DEVICE, FakeGPU, code_of, isolate
 from tuning_db import Measurement, TuningDB
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
@@ -29,10 +29,7 @@ INAPPLICABLE = next(i for i in all_instances() if i.cell_matches(PROBLEM) and i.
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
-    monkeypatch.setenv("KFACTORY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KFACTORY_DB", str(tmp_path / "default.sqlite"))
-    monkeypatch.setattr(factory.backends, "_ACTIVE", {})
-    install_fake_compiler(monkeypatch.setattr)
+    isolate(monkeypatch, tmp_path)
 
 
 def store(path, device=DEVICE, instance: str = TUNED, us: float = 2.5) -> TuningDB:

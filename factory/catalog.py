@@ -103,7 +103,9 @@ def _build_params(params_type: type, raw: dict[str, Any], source: str) -> Any:
         raise CatalogError(f"{source}: {exc}") from None
 
 
+@lru_cache(maxsize=None)
 def _enum_type(params_type: type, name: str) -> type[enum.Enum] | None:
+    """The enum a params field holds, if any (resolved once per field: type hints are slow to evaluate)."""
     import typing
 
     hints = typing.get_type_hints(params_type)
@@ -114,8 +116,31 @@ def _enum_type(params_type: type, name: str) -> type[enum.Enum] | None:
 _FILE_FIELDS = ("op", "family", "layouts", "dtypes", "ndims")
 
 
-def load_catalog_file(path: Path) -> list[Instance]:
-    """Every instance one catalog file describes (points x allowed cells, duplicates dropped)."""
+@dataclass(frozen=True)
+class CatalogFile:
+    """One catalog file, read and checked: its family, the cells it lists that the family serves, and
+    every tuning point's params (in file order)."""
+
+    name: str
+    op: Op
+    family: Any  # the op's Family object
+    cells: tuple[tuple[Layout, DType, int], ...]
+    points: tuple[Any, ...]
+
+    def expand(self, cell: tuple[Layout, DType, int] | None = None) -> list[Instance]:
+        """The instances of every listed cell (or of one), points x cells, duplicates dropped."""
+        cells = self.cells if cell is None else [c for c in self.cells if c == cell]
+        seen: dict[str, Instance] = {}
+        for params in self.points:
+            for layout, dtype, ndim in cells:
+                if self.family.cell_allows(params, layout, dtype, ndim):
+                    inst = Instance(self.op, self.family.name, layout, dtype, ndim, params)
+                    seen.setdefault(inst.name, inst)
+        return list(seen.values())
+
+
+def read_catalog_file(path: Path) -> CatalogFile:
+    """A catalog file checked field by field; every mistake is a CatalogError naming the file."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -140,28 +165,30 @@ def load_catalog_file(path: Path) -> list[Instance]:
     ndims = list(data["ndims"])
     if any(n not in (1, 2, 3) or isinstance(n, bool) for n in ndims):
         raise CatalogError(f"{path.name}: ndims must be 1, 2 or 3, got {ndims}")
-    seen: dict[str, Instance] = {}
+    points = []
     for index, point in enumerate(data.get("point", [])):
         for raw in _expand_point(point):
             if raw.get("split_k") == 1:
                 raw["reduction"] = "direct"
-            params = _build_params(family.params_type, raw, f"{path.name} point {index}")
-            for layout, dtype, ndim in itertools.product(layouts, dtypes, ndims):
-                if (layout, dtype, ndim) not in family.supported_cells():
-                    continue
-                if not family.cell_allows(params, layout, dtype, ndim):
-                    continue
-                inst = Instance(op, family.name, layout, dtype, ndim, params)
-                seen.setdefault(inst.name, inst)
-    return list(seen.values())
+            points.append(_build_params(family.params_type, raw, f"{path.name} point {index}"))
+    supported = family.supported_cells()
+    cells = tuple(c for c in itertools.product(layouts, dtypes, ndims) if c in supported)
+    return CatalogFile(path.name, op, family, cells, tuple(points))
+
+
+def load_catalog_file(path: Path) -> list[Instance]:
+    """Every instance one catalog file describes (points x allowed cells, duplicates dropped)."""
+    return read_catalog_file(path).expand()
+
+
+@lru_cache(maxsize=None)
+def _files(directory: str) -> tuple[CatalogFile, ...]:
+    return tuple(read_catalog_file(path) for path in sorted(Path(directory).glob("*.toml")))
 
 
 @lru_cache(maxsize=None)
 def _catalog(directory: str) -> tuple[Instance, ...]:
-    instances: list[Instance] = []
-    for path in sorted(Path(directory).glob("*.toml")):
-        instances.extend(load_catalog_file(path))
-    return tuple(instances)
+    return tuple(inst for f in _files(directory) for inst in f.expand())
 
 
 def all_instances(directory: Path | None = None) -> tuple[Instance, ...]:
@@ -172,17 +199,17 @@ Cell = tuple[Op, Layout, DType, int]
 
 
 @lru_cache(maxsize=None)
-def _by_cell(directory: str) -> dict[Cell, tuple[Instance, ...]]:
-    index: dict[Cell, list[Instance]] = {}
-    for inst in _catalog(directory):
-        index.setdefault((inst.op, inst.layout, inst.dtype, inst.ndim), []).append(inst)
-    return {cell: tuple(found) for cell, found in index.items()}
+def _cell(directory: str, cell: Cell) -> tuple[Instance, ...]:
+    """One cell's instances, expanded from the files of its op alone (the serving path never expands
+    the whole catalog); the same instances, in the same order, as all_instances() filtered to the cell."""
+    op, layout, dtype, ndim = cell
+    return tuple(inst for f in _files(directory) if f.op is op for inst in f.expand((layout, dtype, ndim)))
 
 
 def instances_of_cell(op: Op, layout: Layout, dtype: DType, ndim: int, directory: Path | None = None) -> tuple[Instance, ...]:
     """The instances of one (op, layout, dtype, rank) cell, in catalog order: a dict lookup, so a
     problem's lookup checks only its own cell's instances, not the whole catalog."""
-    return _by_cell(str(directory or instances_dir())).get((op, layout, dtype, ndim), ())
+    return _cell(str(directory or instances_dir()), (op, layout, dtype, ndim))
 
 
 def select_instances(
@@ -208,17 +235,22 @@ def select_instances(
 
 
 @lru_cache(maxsize=None)
-def _by_name(directory: str) -> dict[str, Instance]:
+def _named_in_cell(directory: str, cell: Cell) -> dict[str, Instance]:
     index: dict[str, Instance] = {}
-    for inst in _catalog(directory):
+    for inst in _cell(directory, cell):
         index.setdefault(inst.name, inst)
     return index
 
 
 def instance_by_name(name: str) -> Instance:
-    """Parse a name back to its Instance; it must exist in the shipped catalogs (a dict lookup: forced
-    selection and DB queries resolve names on the serving path)."""
-    inst = _by_name(str(instances_dir())).get(name)
+    """Parse a name back to its Instance; it must exist in the shipped catalogs. Only the cell the name
+    spells is expanded (forced selection and DB queries resolve names on the serving path)."""
+    try:
+        fields = parse_instance_name(name)
+    except KernelFactoryError:
+        raise CatalogError(f"no instance named {name!r} in the catalogs") from None
+    cell = (fields["op"], fields["layout"], fields["dtype"], fields["ndim"])
+    inst = _named_in_cell(str(instances_dir()), cell).get(name)
     if inst is None:
         raise CatalogError(f"no instance named {name!r} in the catalogs")
     return inst

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Hashable, Iterable, Iterator, Mapping
 
 from .device import DEFAULT_TARGET, DeviceTarget
 from .ops import solver_for
@@ -92,11 +92,7 @@ def _build_params(params_type: type, raw: dict[str, Any], source: str) -> Any:
             continue
         enum_type = _enum_type(params_type, name)
         if enum_type is not None:
-            try:
-                values[name] = enum_type(values[name])
-            except ValueError:
-                choices = ", ".join(str(m.value) for m in enum_type)
-                raise CatalogError(f"{source}: {name} = {values[name]!r}; choose one of: {choices}") from None
+            values[name] = _enum_value(enum_type, name, values[name], source)
     try:
         return params_type(**values)
     except (TypeError, ValueError) as exc:
@@ -115,17 +111,59 @@ def _enum_type(params_type: type, name: str) -> type[enum.Enum] | None:
 
 _FILE_FIELDS = ("op", "family", "layouts", "dtypes", "ndims")
 
+PROBLEM = "problem"  # a point field's value that the family fills from each problem (Family.problem_values)
+
+Template = tuple[tuple[str, Any], ...]  # a point with PROBLEM fields, as (field, value) pairs in file order
+
+
+def _check_template(params_type: type, raw: dict[str, Any], source: str) -> None:
+    """What can be checked of a template point before a problem fills it: field names and enum values."""
+    fields = {f.name: f for f in dataclasses.fields(params_type)}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise CatalogError(f"{source}: unknown field(s) {sorted(unknown)} for {params_type.__name__}")
+    for name, f in fields.items():
+        if name not in raw and f.default is dataclasses.MISSING:
+            raise CatalogError(f"{source}: missing field {name!r}")
+        enum_type = _enum_type(params_type, name)
+        if enum_type is not None and name in raw and raw[name] != PROBLEM:
+            _enum_value(enum_type, name, raw[name], source)
+
+
+def _enum_value(enum_type: type[enum.Enum], name: str, value: Any, source: str) -> enum.Enum:
+    try:
+        return enum_type(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in enum_type)
+        raise CatalogError(f"{source}: {name} = {value!r}; choose one of: {choices}") from None
+
+
+def _fill(template: Template, values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A template's raw point with its PROBLEM fields taken from `values`; None if one is missing."""
+    raw: dict[str, Any] = {}
+    for name, value in template:
+        if value == PROBLEM:
+            if name not in values:
+                return None
+            value = values[name]
+        raw[name] = value
+    if raw.get("split_k") == 1:
+        raw["reduction"] = "direct"
+    return raw
+
 
 @dataclass(frozen=True)
 class CatalogFile:
-    """One catalog file, read and checked: its family, the cells it lists that the family serves, and
-    every tuning point's params (in file order)."""
+    """One catalog file, read and checked: its family, the cells it lists that the family serves,
+    every concrete tuning point's params (in file order), and the template points whose `"problem"`
+    fields each problem fills (`specialize`)."""
 
     name: str
     op: Op
     family: Any  # the op's Family object
     cells: tuple[tuple[Layout, DType, int], ...]
     points: tuple[Any, ...]
+    templates: tuple[Template, ...] = ()
 
     def expand(self, cell: tuple[Layout, DType, int] | None = None) -> list[Instance]:
         """The instances of every listed cell (or of one), points x cells, duplicates dropped."""
@@ -137,6 +175,49 @@ class CatalogFile:
                     inst = Instance(self.op, self.family.name, layout, dtype, ndim, params)
                     seen.setdefault(inst.name, inst)
         return list(seen.values())
+
+    def specialize(self, cell: tuple[Layout, DType, int], problem: Any) -> list[Instance]:
+        """The template points completed with the values the family takes from `problem`, as instances
+        of `cell` (none when the cell is not listed or the family declines the problem). A filled point
+        that its params reject (e.g. rows > 1 with a 1-D filter) does not fit this problem: left out."""
+        if not self.templates or cell not in self.cells:
+            return []
+        values = self.family.problem_values(problem)
+        return [] if values is None else self.specialize_values(cell, values)
+
+    def specialize_values(self, cell: tuple[Layout, DType, int], values: Mapping[str, Any]) -> list[Instance]:
+        """`specialize` for the values a problem gave (what serving caches on)."""
+        if cell not in self.cells:
+            return []
+        layout, dtype, ndim = cell
+        seen: dict[str, Instance] = {}
+        for index, template in enumerate(self.templates):
+            raw = _fill(template, values)
+            if raw is None:
+                continue
+            try:
+                params = _build_params(self.family.params_type, raw, f"{self.name} template {index}")
+            except CatalogError:
+                continue
+            if self.family.cell_allows(params, layout, dtype, ndim):
+                inst = Instance(self.op, self.family.name, layout, dtype, ndim, params)
+                seen.setdefault(inst.name, inst)
+        return list(seen.values())
+
+    def specializes(self, params: Any) -> bool:
+        """Whether `params` is one of the template points with its `"problem"` fields filled (from
+        the params themselves): how a specialized name is told from a made-up one."""
+        values = dataclasses.asdict(params)
+        for index, template in enumerate(self.templates):
+            raw = _fill(template, values)
+            if raw is None:
+                continue
+            try:
+                if _build_params(self.family.params_type, raw, f"{self.name} template {index}") == params:
+                    return True
+            except CatalogError:
+                continue
+        return False
 
 
 def read_catalog_file(path: Path) -> CatalogFile:
@@ -166,14 +247,24 @@ def read_catalog_file(path: Path) -> CatalogFile:
     if any(n not in (1, 2, 3) or isinstance(n, bool) for n in ndims):
         raise CatalogError(f"{path.name}: ndims must be 1, 2 or 3, got {ndims}")
     points = []
+    templates: dict[Template, None] = {}
     for index, point in enumerate(data.get("point", [])):
+        source = f"{path.name} point {index}"
         for raw in _expand_point(point):
+            if PROBLEM in raw.values():
+                if not family.takes_problem_values():
+                    raise CatalogError(f"{source}: family {family.name!r} takes no values from problems "
+                                       f"(a field may be {PROBLEM!r} only where the family implements "
+                                       f"problem_values and parse_suffix)")
+                _check_template(family.params_type, raw, source)
+                templates.setdefault(tuple(raw.items()), None)
+                continue
             if raw.get("split_k") == 1:
                 raw["reduction"] = "direct"
-            points.append(_build_params(family.params_type, raw, f"{path.name} point {index}"))
+            points.append(_build_params(family.params_type, raw, source))
     supported = family.supported_cells()
     cells = tuple(c for c in itertools.product(layouts, dtypes, ndims) if c in supported)
-    return CatalogFile(path.name, op, family, cells, tuple(points))
+    return CatalogFile(path.name, op, family, cells, tuple(points), tuple(templates))
 
 
 def load_catalog_file(path: Path) -> list[Instance]:
@@ -210,6 +301,32 @@ def instances_of_cell(op: Op, layout: Layout, dtype: DType, ndim: int, directory
     """The instances of one (op, layout, dtype, rank) cell, in catalog order: a dict lookup, so a
     problem's lookup checks only its own cell's instances, not the whole catalog."""
     return _cell(str(directory or instances_dir()), (op, layout, dtype, ndim))
+
+
+def _values_key(values: Mapping[str, Any] | None) -> Hashable:
+    return None if values is None else tuple(sorted(values.items()))
+
+
+@lru_cache(maxsize=4096)
+def _specialized(directory: str, cell: Cell, family: str, values: Hashable) -> tuple[Instance, ...]:
+    """Specializations of one family's templates in one cell for one set of problem values: cached by
+    the values, not the problem, so every problem with the same filter/stride/dilation shares them."""
+    op, layout, dtype, ndim = cell
+    given = dict(values)  # type: ignore[arg-type]
+    return tuple(inst for f in _files(directory) if f.op is op and f.family.name == family
+                 for inst in f.specialize_values((layout, dtype, ndim), given))
+
+
+def specialized_instances(problem: Any, directory: Path | None = None) -> tuple[Instance, ...]:
+    """The template points of the problem's cell completed for `problem`, in catalog order."""
+    where = str(directory or instances_dir())
+    cell = (problem.op, problem.layout, problem.dtype, problem.ndim)
+    found: list[Instance] = []
+    for family in dict.fromkeys(f.family for f in _files(where) if f.op is problem.op and f.templates):
+        key = _values_key(family.problem_values(problem))
+        if key is not None:
+            found += _specialized(where, cell, family.name, key)
+    return tuple(found)
 
 
 def select_instances(
@@ -252,8 +369,25 @@ def instance_by_name(name: str) -> Instance:
     cell = (fields["op"], fields["layout"], fields["dtype"], fields["ndim"])
     inst = _named_in_cell(str(instances_dir()), cell).get(name)
     if inst is None:
+        inst = _specialized_by_name(str(instances_dir()), cell, fields["family"], fields["suffix"])
+    if inst is None:
         raise CatalogError(f"no instance named {name!r} in the catalogs")
     return inst
+
+
+@lru_cache(maxsize=4096)
+def _specialized_by_name(directory: str, cell: Cell, family: str, suffix: str) -> Instance | None:
+    """A specialized instance its name spells: the family parses the suffix back, and the params must
+    fill one of its templates in that cell (a name that merely parses is not an instance)."""
+    op, layout, dtype, ndim = cell
+    for f in _files(directory):
+        if f.op is not op or f.family.name != family or not f.templates or (layout, dtype, ndim) not in f.cells:
+            continue
+        params = f.family.parse_suffix(suffix)
+        if params is None or not f.family.cell_allows(params, layout, dtype, ndim) or not f.specializes(params):
+            continue
+        return Instance(op, family, layout, dtype, ndim, params)
+    return None
 
 
 _NAME_RE = re.compile(r"^(?P<op>[a-z_]+?)_(?P<ndim>[123])d_(?P<rest>.+)$")

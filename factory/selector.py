@@ -9,7 +9,8 @@ from typing import Any, Hashable, Mapping, Sequence
 
 from .backends import DeviceInfo
 from .device import DEFAULT_TARGET, DeviceTarget, target_for
-from .catalog import CatalogError, Instance, all_instances, instance_by_name, instances_of_cell, parse_instance_name
+from .catalog import (CatalogError, Instance, all_instances, instance_by_name, instances_of_cell,
+                      parse_instance_name, specialized_instances)
 from .ops import solver_for
 from .problem import DType, KernelFactoryError, Layout, Op, UnsupportedProblem, supported_cells_text
 from . import sources
@@ -83,25 +84,43 @@ def lookup(problem: Any, instances: Sequence[Instance] | None = None,
            target: DeviceTarget = DEFAULT_TARGET) -> list[Instance]:
     """Every catalog instance that computes `problem`. Raises UnsupportedProblem if its cell has none.
 
-    Only the problem's own (op, layout, dtype, rank) cell is checked, through the catalog's index.
+    Only the problem's own (op, layout, dtype, rank) cell is checked, through the catalog's index: its
+    listed instances, then the template points specialized for the problem (cached per values).
     """
     check_supported(problem)
     if instances is None:
-        instances = instances_of_cell(problem.op, problem.layout, problem.dtype, problem.ndim)
+        instances = with_specialized(instances_of_cell(problem.op, problem.layout, problem.dtype, problem.ndim), problem)
     return [i for i in instances if i.is_applicable(problem, target)]
 
 
 def explain(problem: Any, instances: Sequence[Instance] | None = None,
             target: DeviceTarget = DEFAULT_TARGET) -> list[Rejection]:
-    """Why each instance of the op does not compute `problem` (those that do are left out)."""
+    """Why each instance of the op (and each specialized for `problem`) does not compute `problem`
+    (those that do are left out)."""
+    if not instances:
+        instances = with_specialized(all_instances(), problem)
     result = []
-    for inst in instances or all_instances():
+    for inst in instances:
         if inst.op is not problem.op:
             continue
         reason = inst.why_not(problem, target)
         if reason is not None:
             result.append(Rejection(inst, reason))
     return result
+
+
+def with_specialized(listed: Sequence[Instance], problem: Any) -> Sequence[Instance]:
+    """`listed` (catalog order), then the template points specialized for `problem` that it lacks."""
+    extra = specialized_instances(problem)
+    if not extra:
+        return listed
+    names = {i.name for i in listed}
+    merged = list(listed)
+    for inst in extra:
+        if inst.name not in names:
+            names.add(inst.name)
+            merged.append(inst)
+    return merged
 
 
 def check_supported(problem: Any) -> None:

@@ -180,6 +180,24 @@ class Family(ABC, Generic[P, Q]):
         """Matrix instructions the instance is built on; a target without them cannot run it."""
         return frozenset()
 
+    # --- problem-specialized points --------------------------------------------------------------
+    def problem_values(self, problem: Q) -> Mapping[str, Any] | None:
+        """The params fields this family takes from a problem (a catalog point's `"problem"` fields);
+        None when its specialized kernels cannot serve the problem. Default: takes nothing, so a
+        catalog of this family may not use `"problem"`."""
+        return None
+
+    def parse_suffix(self, suffix: str) -> P | None:
+        """The params a name suffix spells (the inverse of `suffix()`), or None when it spells none;
+        lets a specialized instance's name parse back without the problem it was made for."""
+        return None
+
+    def takes_problem_values(self) -> bool:
+        """Whether catalog points of this family may say `"problem"`: it fills them (`problem_values`)
+        and can read the names they make back (`parse_suffix`)."""
+        cls = type(self)
+        return cls.problem_values is not Family.problem_values and cls.parse_suffix is not Family.parse_suffix
+
     # --- applicability ---------------------------------------------------------------------------
     def why_not_on(self, params: P, target: DeviceTarget) -> str | None:
         """None when the instance can run on `target` at all, whatever the problem."""

@@ -5,8 +5,9 @@ rows x segment outputs and the input window it reads live in registers.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
@@ -71,6 +72,13 @@ class DwrParams:
         }
 
 
+_SUFFIX_RE = re.compile(
+    r"l(?P<threads_lane>\d+)x(?P<threads_pos>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<segment>\d+)"
+    r"_k(?P<filter_h>\d+)x(?P<filter_w>\d+)s(?P<stride>\d+)d(?P<dilation>\d+)_o(?P<min_blocks>\d+)"
+    r"_sk(?P<split_k>\d+)_(?P<reduction>[a-z]+)"
+)
+
+
 class Dwr(Dw):
     name = "dwr"
     template = "conv_bwd_weight/dwr.hip.j2"
@@ -85,6 +93,26 @@ class Dwr(Dw):
         if not lanes_only_channels_last(params, layout):
             return False
         return ndim == 2 and params.filter_h > 1 or ndim == 1 and params.filter_h == 1
+
+    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
+        """The filter (1-D: filter_h = 1), stride and dilation a kernel compiles in; None when stride or
+        dilation differ between axes (one value serves every axis) or the problem is not 1-D/2-D."""
+        if problem.ndim not in (1, 2) or len(set(problem.stride)) != 1 or len(set(problem.dilation)) != 1:
+            return None
+        filter_h, filter_w = (1, problem.filter[0]) if problem.ndim == 1 else problem.filter
+        return {"filter_h": filter_h, "filter_w": filter_w, "stride": problem.stride[0],
+                "dilation": problem.dilation[0]}
+
+    def parse_suffix(self, suffix: str) -> DwrParams | None:
+        match = _SUFFIX_RE.fullmatch(suffix)
+        if match is None:
+            return None
+        values: dict[str, Any] = {k: int(v) for k, v in match.groupdict().items() if k != "reduction"}
+        try:
+            params = DwrParams(reduction=Reduction(match["reduction"]), **values)
+        except ValueError:
+            return None
+        return params if params.suffix() == suffix else None
 
     def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.C != 1 or problem.K != 1:

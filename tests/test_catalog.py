@@ -35,6 +35,7 @@ from factory.catalog import (
     load_catalog_file,
     parse_instance_name,
     select_instances,
+    specialized_instances,
 )
 from factory.ops import implemented_ops, solver_for
 from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Struct, buffers_of
@@ -241,14 +242,15 @@ def test_rejected_instances_of_the_cell_say_why(instances: tuple[Instance, ...],
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_explain_gives_a_reason_for_every_other_instance(instances: tuple[Instance, ...], case: Case) -> None:
-    """`kfactory list --why`: lookup and explain partition the op's instances, each rejection with its reason."""
+    """`kfactory list --why`: lookup and explain partition the op's instances (those specialized for
+    the problem included), each rejection with its reason."""
     problem = case.problem()
     applicable = {i.name for i in lookup(problem)}
     rejections = explain(problem)
     rejected = [r.instance.name for r in rejections]
     assert len(rejected) == len(set(rejected)), "an instance is explained twice"
     assert not applicable & set(rejected), "an applicable instance is also explained away"
-    op_names = {i.name for i in instances if i.op is problem.op}
+    op_names = {i.name for i in instances if i.op is problem.op} | {i.name for i in specialized_instances(problem)}
     assert applicable | set(rejected) == op_names
     bad = [f"{r.instance.name}: {r.reason!r}" for r in rejections
            if not r.reason or not r.reason.strip() or r.reason != r.instance.why_not(problem)]

@@ -16,7 +16,7 @@ import pytest
 import factory.backends
 from factory import cli, codegen
 from factory.backends import BackendError, BackendKind, DeviceInfo
-from factory.catalog import all_instances, select_instances
+from factory.catalog import all_instances, select_instances, specialized_instances
 from factory.ops import SOLVERS, solver_for
 from factory.problem import DType, Layout, Op, parse_conv_problem
 from factory.selector import explain, heuristic_pick, lookup
@@ -212,6 +212,7 @@ def test_list_problem_json_partitions_the_op_into_applicable_and_rejected(capsys
     rejected = {r["name"]: r["reason"] for r in data["rejected"]}
     assert all(reason for reason in rejected.values())
     op_names = {i.name for i in all_instances() if i.op is Op.CONV_BWD_WEIGHT}
+    op_names |= {i.name for i in specialized_instances(PROBLEM)}  # the problem's 3x3 from the dwr templates
     assert set(applicable) | set(rejected) == op_names and not set(applicable) & set(rejected)
     other_layout = next(i for i in all_instances() if i.layout is Layout.NGCHW)
     assert rejected[other_layout.name] == "layout is ngchw, problem is nhwgc"

@@ -150,14 +150,23 @@ def _progress() -> Progress:
 # --- generate -----------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
     _check_family(args.op, args.family)
-    matching = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
+    problem = None
+    if args.problem is not None:
+        # The instances that compute the problem, template points specialized for it included.
+        problem = _problem(args)
+        if args.ndim is not None and args.ndim != problem.ndim:
+            raise UsageError(f"--ndim {args.ndim} contradicts the {problem.ndim}-D --problem")
+        matching = [i for i in lookup(problem, target=args.target) if args.family is None or i.family == args.family]
+    else:
+        matching = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
     instances = [i for i in matching if i.why_not_on(args.target) is None]
     if not instances:
         extra = f" that run on {args.target.arch}" if matching else ""
         raise UsageError(f"no instances match those filters{extra}")
     out = Path(args.out)
     selection = outdir.Selection(args.op.value, args.layout.value if args.layout else None,
-                                 args.dtype.value if args.dtype else None, args.ndim, args.family, args.target.arch)
+                                 args.dtype.value if args.dtype else None, args.ndim, args.family, args.target.arch,
+                                 problem.key if problem is not None else None)
     try:
         previous = outdir.prepare(out, selection, (inst.name for inst in instances))
     except outdir.OutputDirError as exc:
@@ -450,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(gen, required=False)
     gen.add_argument("--ndim", type=int, choices=(1, 2, 3))
     gen.add_argument("--family", help="kernel family (e.g. dl, dw)")
+    gen.add_argument("--problem", help="only the instances that compute this problem (needs --layout and --dtype), "
+                                       "the ones specialized for it included")
     gen.add_argument("--out", type=_out_dir, default="build/instances",
                      help="output directory: new, empty, or an earlier generate's with the same filters (default build/instances)")
     _add_target(gen)

@@ -36,6 +36,7 @@ class Selection:
     ndim: int | None
     family: str | None
     target: str | None = None  # the device target the instances were chosen for
+    problem: str | None = None  # generate --problem: the problem's key
 
     def describe(self) -> str:
         parts = [f"--op {self.op}"] + [f"--{k} {v}" for k, v in asdict(self).items() if k != "op" and v is not None]

@@ -318,15 +318,22 @@ def _specialized(directory: str, cell: Cell, family: str, values: Hashable) -> t
 
 
 def specialized_instances(problem: Any, directory: Path | None = None) -> tuple[Instance, ...]:
-    """The template points of the problem's cell completed for `problem`, in catalog order."""
+    """The template points of the problem's cell completed for `problem`, in catalog order. The same
+    tuple object comes back for every problem with the same cell and values (callers may memoize on it)."""
     where = str(directory or instances_dir())
-    cell = (problem.op, problem.layout, problem.dtype, problem.ndim)
-    found: list[Instance] = []
-    for family in dict.fromkeys(f.family for f in _files(where) if f.op is problem.op and f.templates):
-        key = _values_key(family.problem_values(problem))
-        if key is not None:
-            found += _specialized(where, cell, family.name, key)
-    return tuple(found)
+    keys = tuple((family.name, _values_key(family.problem_values(problem))) for family in _template_families(where, problem.op))
+    return _specialized_all(where, (problem.op, problem.layout, problem.dtype, problem.ndim), keys)
+
+
+@lru_cache(maxsize=None)
+def _template_families(directory: str, op: Op) -> tuple[Any, ...]:
+    """The families of `op` whose catalogs have template points, each once."""
+    return tuple(dict.fromkeys(f.family for f in _files(directory) if f.op is op and f.templates))
+
+
+@lru_cache(maxsize=4096)
+def _specialized_all(directory: str, cell: Cell, keys: tuple[tuple[str, Hashable], ...]) -> tuple[Instance, ...]:
+    return tuple(inst for family, key in keys if key is not None for inst in _specialized(directory, cell, family, key))
 
 
 def select_instances(

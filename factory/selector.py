@@ -109,18 +109,32 @@ def explain(problem: Any, instances: Sequence[Instance] | None = None,
     return result
 
 
+_MERGED: dict[tuple[int, int], tuple[Sequence[Instance], tuple[Instance, ...], tuple[Instance, ...]]] = {}
+
+
 def with_specialized(listed: Sequence[Instance], problem: Any) -> Sequence[Instance]:
-    """`listed` (catalog order), then the template points specialized for `problem` that it lacks."""
+    """`listed` (catalog order), then the template points specialized for `problem` that it lacks.
+
+    Memoized on the identity of both sequences (the catalog hands out the same cached tuples for a
+    cell and a set of problem values): comparing names costs more than checking the problem itself.
+    """
     extra = specialized_instances(problem)
     if not extra:
         return listed
+    key = (id(listed), id(extra))
+    hit = _MERGED.get(key)
+    if hit is not None and hit[0] is listed and hit[1] is extra:
+        return hit[2]
     names = {i.name for i in listed}
     merged = list(listed)
     for inst in extra:
         if inst.name not in names:
             names.add(inst.name)
             merged.append(inst)
-    return merged
+    if len(_MERGED) >= 4096:
+        _MERGED.clear()
+    _MERGED[key] = (listed, extra, tuple(merged))
+    return _MERGED[key][2]
 
 
 def check_supported(problem: Any) -> None:

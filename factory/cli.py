@@ -171,16 +171,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
         previous = outdir.prepare(out, selection, (inst.name for inst in instances))
     except outdir.OutputDirError as exc:
         raise UsageError(str(exc)) from None
-    manifest = []
-    with _progress() as progress:
-        task = progress.add_task(f"rendering {args.op.value}", total=len(instances))
-        for inst in instances:
-            source = codegen.render(inst)
-            path = out / f"{inst.name}{outdir.SOURCE_SUFFIX}"
-            outdir.write_atomic(path, source)
-            manifest.append(_instance_record(inst) | {"file": path.name, "source_hash": codegen.source_hash(source)})
-            progress.advance(task)
-    outdir.publish(out, selection, manifest, previous)
+    try:
+        manifest = []
+        with _progress() as progress:
+            task = progress.add_task(f"rendering {args.op.value}", total=len(instances))
+            for inst in instances:
+                source = codegen.render(inst)
+                path = out / f"{inst.name}{outdir.SOURCE_SUFFIX}"
+                outdir.write_atomic(path, source)
+                manifest.append(_instance_record(inst) | {"file": path.name, "source_hash": codegen.source_hash(source)})
+                progress.advance(task)
+        outdir.publish(out, selection, manifest, previous)
+    except BaseException:
+        outdir.remove_temporaries(out)  # a Ctrl-C can land before write_atomic's cleanup is armed
+        raise
     counts = collections.Counter((r["layout"], r["dtype"], r["ndim"]) for r in manifest)
     skipped = len(matching) - len(instances)
     note = f"; {skipped} left out: they cannot run on {args.target.arch}" if skipped else ""

@@ -58,7 +58,7 @@ def prepare(out: Path, selection: Selection, names: Iterable[str]) -> Previous:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputDirError(f"--out {out}: cannot create the directory: {exc.strerror or exc}") from None
-    _remove_stale_temporaries(out)
+    remove_temporaries(out)
     previous = _previous_run(out, selection)
     ours = {f"{name}{SOURCE_SUFFIX}" for name in names} | previous.files | {MANIFEST}
     foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
@@ -114,8 +114,9 @@ def publish(out: Path, selection: Selection, records: Sequence[Mapping[str, Any]
         (out / name).unlink(missing_ok=True)
 
 
-def _remove_stale_temporaries(out: Path) -> None:
-    """Temporary files of a run that was killed before it could remove them."""
+def remove_temporaries(out: Path) -> None:
+    """Temporary files of a run that was killed before it could remove them (or of this run, when an
+    interrupt lands between a temporary's creation and write_atomic's own cleanup)."""
     for entry in out.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
         entry.unlink(missing_ok=True)
 

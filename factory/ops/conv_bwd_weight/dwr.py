@@ -11,9 +11,8 @@ from typing import Any, Mapping
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import I32, Launch, Struct
 from .common import GRID_Y_LIMIT, UP_TO_2D, Reduction, check_lane_block, lanes_only_channels_last
-from .dw import Dw, lane_blocks
+from .dw import Dw
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,3 @@ class Dwr(Dw):
         if p.split_k > GRID_Y_LIMIT:
             return "split exceeds the grid"
         return None
-
-    def main_launch(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
-        return Launch("kf_main", (lane_blocks(p, problem), p.split_k, 1), (p.threads_lane, p.threads_pos, 1),
-                      (args, I32(wei_numel)))

@@ -41,6 +41,16 @@ CASES = [
     (Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=500,filter=31,pad=15"),
     (Layout.NGCHW, DType.BF16, "N=2,G=32,C=1,K=1,input=30x30,filter=9x9,pad=4"),
     (Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=57x57,filter=11x11,stride=2,pad=5"),
+    # Dense and grouped problems for the matrix-instruction family: C and K not multiples of 8, NGCHW
+    # chunks along output rows, N=1, stride 2, dilation 2, pad 0, 1-D and 3-D.
+    (Layout.NHWGC, DType.FP16, "N=4,G=1,C=64,K=48,input=15x13,filter=3x3,pad=1"),
+    (Layout.NGCHW, DType.BF16, "N=2,G=2,C=24,K=40,input=16x16,filter=3x3,stride=2,pad=1"),
+    (Layout.NGCHW_GKYXC, DType.FP16, "N=1,G=1,C=37,K=29,input=20x24,filter=3x3,pad=0,dilation=2"),
+    (Layout.GNHWC, DType.BF16_FP32W, "N=3,G=2,C=32,K=16,input=7x9x11,filter=3x3x3,pad=1"),
+    (Layout.NHWGC, DType.BF16, "N=8,G=14,C=24,K=24,input=28x28,filter=3x3,pad=1"),
+    (Layout.NHWGC, DType.FP16, "N=2,G=1,C=256,K=128,input=14x14,filter=1x1"),
+    (Layout.NGCHW, DType.FP16, "N=1,G=1,C=20,K=12,input=130,filter=7,pad=3"),
+    (Layout.NHWGC, DType.BF16, "N=1,G=4,C=16,K=16,input=9x9x9,filter=3x3x3,stride=2,pad=1"),
 ]
 
 

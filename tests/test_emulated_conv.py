@@ -90,6 +90,14 @@ CASES = [
     Case("dwr-gkyxc-bf16-1d-f15", "dwr", L.NGCHW_GKYXC, D.BF16, "N=4,G=3,C=1,K=1,input=1540,filter=15,pad=7", R.ATOMIC),
     Case("dwr-gnhwc-int8-2d-d2", "dwr", L.GNHWC, D.INT8, "N=2,G=1,C=1,K=1,input=62x248,filter=3x3,pad=2,dilation=2", R.ATOMIC),
     Case("dwr-nhwgc-bf16w-1d-wide", "dwr", L.NHWGC, D.BF16_FP32W, "N=2,G=64,C=1,K=1,input=2024,filter=3,pad=1", R.ATOMIC, wide),
+    # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
+    Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
+    Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),
+    Case("mma-gkyxc-bf16w-3d", "mma", L.NGCHW_GKYXC, D.BF16_FP32W, "N=2,G=1,C=3,K=4,input=5x6x8,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("mma-gnhwc-fp16-1d-d2", "mma", L.GNHWC, D.FP16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
+    Case("mma-nhwgc-bf16-3d-c3", "mma", L.NHWGC, D.BF16, "N=1,G=2,C=3,K=5,input=8x8x9,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("mma-nhwgc-bf16w-2d-n1-s2-d2", "mma", L.NHWGC, D.BF16_FP32W,
+         "N=1,G=1,C=16,K=24,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT),
 ]
 
 
@@ -123,10 +131,10 @@ def test_cases_reach_every_family_reduction_layout_dtype_and_rank(picked: dict[s
             exists = any(i.family == family and i.params.reduction is reduction for i in _catalog())
             assert not exists or (family, reduction) in seen, f"no case runs {family} with {reduction.value}"
         cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}
-        ranks = {n for (_, _, n) in SOLVER.supported_cells(family)}
-        assert {l for l, _, _ in cells} == set(Layout), family
-        assert {d for _, d, _ in cells} == set(DType), family
-        assert {n for _, _, n in cells} == ranks, family
+        supported = SOLVER.supported_cells(family)
+        assert {l for l, _, _ in cells} == {l for l, _, _ in supported}, family
+        assert {d for _, d, _ in cells} == {d for _, d, _ in supported}, family
+        assert {n for _, _, n in cells} == {n for _, _, n in supported}, family
     # Dynamic shared memory, lanes along groups with vector loads, and both reductions' extra passes ran.
     assert any(_has_dynamic_shared(picked[c.id], c.problem) for c in CASES)
     assert sum(1 for c in CASES if c.pick is wide) >= 4

@@ -6,6 +6,7 @@ baseline; the kernels are its families, one module each:
 - `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane.
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
+- `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .dl import Dl, DlParams
 from .dw import Dw, DwParams
 from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
+from .mma import Mma, MmaParams
 from .reference import reference_logical
 
 
@@ -29,7 +31,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma())
     tensor_names = TENSORS
     output_name = OUTPUT
 
@@ -85,4 +87,4 @@ class ConvBwdWeight(ConvOp):
 
 SOLVER = ConvBwdWeight()
 
-__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "reference_logical"]

@@ -1,0 +1,148 @@
+"""`mma`: implicit GEMM on matrix instructions (templates/common/igemm.h, mma.h).
+
+dW[g] (K x C*filter) = dOut[g]^T (K x N*out) . im2col(In[g]) (N*out x C*filter), with blocks tiling K (M)
+and C*filter (N) and warps issuing mma.sync on 16-bit operands with fp32 accumulation. Operands are
+staged as they lie in memory: channels-last tensors in chunks along K / C (`vector_a`, `vector_b`
+elements, 16 bytes at 8), NGCHW output gradients in chunks along output positions (`vector_a`, which
+then needs the output width divisible by it) and NGCHW inputs element by element.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget, MatrixUnit
+from ...problem import ConvProblem, DType, Layout
+from ..base import I32, Launch, Struct
+from ..conv import layouts as cl
+from .common import ALL_CELLS, GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, fill_score, reduction_length
+
+# The instruction tile of templates/common/mma.h (m16n8k16 for 16-bit operands).
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+LANES = 32
+SIXTEEN_BIT = frozenset({DType.FP16, DType.BF16, DType.BF16_FP32W})
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in SIXTEEN_BIT)
+OPERAND_BYTES = 2
+
+
+@dataclass(frozen=True)
+class MmaParams:
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    vector_a: int
+    vector_b: int
+    split_k: int
+    reduction: Reduction
+
+    def __post_init__(self) -> None:
+        check_split(self.split_k, self.reduction)
+        if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
+            raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
+                             f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
+        if self.block_k % MMA_K:
+            raise ValueError(f"block_k {self.block_k} is not a multiple of the instruction's {MMA_K}")
+        if self.stages < 2:
+            raise ValueError("the pipeline needs at least 2 stages")
+        for v in (self.vector_a, self.vector_b):
+            if v not in (1, 2, 4, 8) or self.block_k % v or min(self.block_m, self.block_n) % v:
+                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 and divide the block tile")
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * LANES
+
+    def shared_bytes(self, layout: Layout) -> int:
+        """The pipeline's shared memory (igemm.h Config::SHARED_BYTES): every stage's A and B tile, rows
+        padded by 16 bytes."""
+        pad = 16 // OPERAND_BYTES
+        r_major = cl.channel_innermost(layout)
+        a = (self.block_k * (self.block_m + pad)) if r_major else (self.block_m * (self.block_k + pad))
+        b = (self.block_k * (self.block_n + pad)) if r_major else (self.block_n * (self.block_k + pad))
+        return (a + b) * self.stages * OPERAND_BYTES
+
+    def suffix(self) -> str:
+        return (
+            f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
+            f"_v{self.vector_a}x{self.vector_b}_sk{self.split_k}_{self.reduction.value}"
+        )
+
+    def template_values(self) -> dict[str, Any]:
+        return {
+            "block_m": self.block_m,
+            "block_n": self.block_n,
+            "block_k": self.block_k,
+            "warps_m": self.warps_m,
+            "warps_n": self.warps_n,
+            "threads": self.threads,
+            "stages": self.stages,
+            "vector_a": self.vector_a,
+            "vector_b": self.vector_b,
+            "reduce_mode": self.reduction.mode,
+        }
+
+
+class Mma(BwdWeightFamily):
+    name = "mma"
+    template = "conv_bwd_weight/mma.hip.j2"
+    params_type = MmaParams
+    description = "implicit GEMM on matrix instructions (mma.sync, fp32 accumulation); split-K"
+
+    def supported_cells(self) -> frozenset:
+        return CELLS
+
+    def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        # NGCHW inputs are gathered element by element (an input row is contiguous only at stride 1 and
+        # when padding and dilation keep chunks aligned).
+        return cl.channel_innermost(layout) or params.vector_b == 1
+
+    def why_not_on(self, params: MmaParams, target: DeviceTarget) -> str | None:
+        if MatrixUnit.MMA_SYNC not in target.matrix_units:
+            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
+        return None
+
+    def needs(self, params: MmaParams) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.MMA_SYNC})
+
+    def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.G > GRID_Y_LIMIT:
+            return f"G={problem.G} exceeds the grid's {GRID_Y_LIMIT} groups"
+        if cl.channel_innermost(problem.layout):
+            if problem.K % p.vector_a or problem.C % p.vector_b:
+                return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by "
+                        f"them (C={problem.C}, K={problem.K})")
+        elif problem.output[-1] % p.vector_a:
+            return f"chunks of {p.vector_a} output positions need the output width {problem.output[-1]} divisible by it"
+        shared = p.shared_bytes(problem.layout)
+        if shared > target.shared_optin:
+            return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
+        chunks = math.ceil(reduction_length(problem) / p.block_k)
+        if p.split_k > chunks:
+            return f"split-K {p.split_k} exceeds the {chunks} reduction chunks of this problem"
+        return None
+
+    def layout_values(self, layout: Layout) -> dict[str, Any]:
+        r_major = "true" if cl.channel_innermost(layout) else "false"
+        return {"a_rmajor": r_major, "b_rmajor": r_major}
+
+    def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
+        r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
+        return Launch("kf_main", (_tiles(p, problem), problem.G, p.split_k), (p.threads, 1, 1),
+                      (args, I32(r_per_split), I32(wei_numel)), shared_bytes=p.shared_bytes(problem.layout))
+
+    def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        blocks = _tiles(p, problem) * problem.G * p.split_k
+        n_cols = problem.C * problem.filter_volume
+        used = (problem.K / (math.ceil(problem.K / p.block_m) * p.block_m)) * (
+            n_cols / (math.ceil(n_cols / p.block_n) * p.block_n))
+        wide = 0.3 * (p.vector_a == 8) + 0.3 * (p.vector_b == 8)
+        return 2.0 + used + wide + fill_score(blocks, target) - self.reduction_penalty(p)
+
+
+def _tiles(p: MmaParams, problem: ConvProblem) -> int:
+    return math.ceil(problem.K / p.block_m) * math.ceil(problem.C * problem.filter_volume / p.block_n)

@@ -1,0 +1,173 @@
+// The implicit-GEMM engine every conv op plugs into: C(M x N) = sum over r of A(r, m) * B(r, n), where
+// the op says where a chunk of A or B sits in its tensors and what becomes of each C element.
+//
+// A block owns a BM x BN tile of C and the reduction rows [r_begin, r_end); WARPS_M x WARPS_N warps
+// split the tile; STAGES shared-memory stages keep loads in flight (cp.async on sm_80+) while the
+// matrix instructions of kf_mma (mma.h) consume the oldest. Operands are staged the way they are
+// contiguous in memory (A_RMAJOR / B_RMAJOR: the reduction index is the tile's row), in chunks of
+// VA / VB elements along that contiguous direction.
+//
+// The op is a class with
+//   const T* a_chunk(int r, int m, bool& ok)   A(r, m) .. the next VA elements along the contiguous
+//   const T* b_chunk(int r, int n, bool& ok)   B(r, n) .. likewise VB; ok = false: the chunk is zero
+//   void store(int m, int n, float v)          C(m, n) (called for every element of the tile, in range or not)
+// Rows r >= r_end are zero without asking the op. Needs prelude.h and mma.h.
+#pragma once
+
+namespace kf_igemm {
+
+// A plain type of each chunk size, naturally aligned, so a chunk moves as one load and one store.
+template <int BYTES> struct Word;
+template <> struct Word<1> { using type = unsigned char; };
+template <> struct Word<2> { using type = unsigned short; };
+template <> struct Word<4> { using type = unsigned int; };
+struct alignas(8) Word8 { unsigned int x[2]; };
+struct alignas(16) Word16 { unsigned int x[4]; };
+template <> struct Word<8> { using type = Word8; };
+template <> struct Word<16> { using type = Word16; };
+
+// Copy `BYTES` from global to shared memory, or zeros when !ok: cp.async (completion by commit/wait
+// below) where the target has it and the size allows, else an ordinary load and store.
+template <int BYTES, typename T>
+__device__ __forceinline__ void copy(T* dst, const T* src, bool ok) {
+#if defined(KF_MMA_SYNC)
+  if constexpr (BYTES == 4 || BYTES == 8 || BYTES == 16) {
+    const unsigned d = kf_mma::shared_address(dst);
+    const int n = ok ? BYTES : 0;  // cp.async's src-size: 0 reads nothing and fills zeros
+    if constexpr (BYTES == 16) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n));
+    } else {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(BYTES), "r"(n));
+    }
+    return;
+  }
+#endif
+  using W = typename Word<BYTES>::type;
+  const W w = ok ? kf_ldg(reinterpret_cast<const W*>(src)) : W{};
+  *reinterpret_cast<W*>(dst) = w;
+}
+
+__device__ __forceinline__ void commit() {
+#if defined(KF_MMA_SYNC)
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+
+template <int PENDING> __device__ __forceinline__ void wait() {
+#if defined(KF_MMA_SYNC)
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING));
+#endif
+}
+
+template <typename T_, int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, bool A_RMAJOR_,
+          bool B_RMAJOR_, int VA_, int VB_>
+struct Config {
+  using T = T_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr bool A_RMAJOR = A_RMAJOR_, B_RMAJOR = B_RMAJOR_;
+  static constexpr int VA = VA_, VB = VB_;
+  static constexpr int THREADS = WARPS_M * WARPS_N * kf_mma::LANES;
+  static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // a warp's tile
+  static constexpr int FM = WTM / kf_mma::M, FN = WTN / kf_mma::N;
+  // Rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks.
+  static constexpr int PAD = 16 / (int)sizeof(T);
+  static constexpr int A_LD = (A_RMAJOR ? BM : BK) + PAD, A_ROWS = A_RMAJOR ? BK : BM;
+  static constexpr int B_LD = (B_RMAJOR ? BN : BK) + PAD, B_ROWS = B_RMAJOR ? BK : BN;
+  static constexpr int STAGE = A_ROWS * A_LD + B_ROWS * B_LD;  // elements
+  static constexpr int SHARED_BYTES = STAGE * STAGES * (int)sizeof(T);
+  static_assert(WTM % kf_mma::M == 0 && WTN % kf_mma::N == 0 && BK % kf_mma::K == 0, "tile vs instruction");
+  static_assert((A_RMAJOR ? BM : BK) % VA == 0 && (B_RMAJOR ? BN : BK) % VB == 0, "chunks per row");
+};
+
+// One stage: A and B tiles of reduction rows [r0, r0 + BK) into `s`.
+template <class Cfg, class Op>
+__device__ __forceinline__ void load_stage(const Op& op, typename Cfg::T* s, int r0, int r_end, int m0, int n0) {
+  using T = typename Cfg::T;
+  T* sa = s;
+  T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
+  {
+    constexpr int PER_ROW = (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA;
+#pragma unroll
+    for (int e = threadIdx.x; e < Cfg::A_ROWS * PER_ROW; e += Cfg::THREADS) {
+      const int row = e / PER_ROW, col = (e % PER_ROW) * Cfg::VA;
+      const int r = r0 + (Cfg::A_RMAJOR ? row : col), m = m0 + (Cfg::A_RMAJOR ? col : row);
+      bool ok = r < r_end;
+      const T* src = op.a_chunk(r, m, ok);
+      copy<Cfg::VA * (int)sizeof(T)>(sa + row * Cfg::A_LD + col, src, ok);
+    }
+  }
+  {
+    constexpr int PER_ROW = (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB;
+#pragma unroll
+    for (int e = threadIdx.x; e < Cfg::B_ROWS * PER_ROW; e += Cfg::THREADS) {
+      const int row = e / PER_ROW, col = (e % PER_ROW) * Cfg::VB;
+      const int r = r0 + (Cfg::B_RMAJOR ? row : col), n = n0 + (Cfg::B_RMAJOR ? col : row);
+      bool ok = r < r_end;
+      const T* src = op.b_chunk(r, n, ok);
+      copy<Cfg::VB * (int)sizeof(T)>(sb + row * Cfg::B_LD + col, src, ok);
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void compute_stage(const typename Cfg::T* s, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
+  using T = typename Cfg::T;
+  const T* sa = s;
+  const T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
+#pragma unroll
+  for (int k = 0; k < Cfg::BK; k += kf_mma::K) {
+    kf_mma::FragA a[Cfg::FM];
+    kf_mma::FragB b[Cfg::FN];
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i) kf_mma::load_a<Cfg::A_RMAJOR>(a[i], sa, Cfg::A_LD, wm + i * kf_mma::M, k);
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) kf_mma::load_b<Cfg::B_RMAJOR>(b[j], sb, Cfg::B_LD, wn + j * kf_mma::N, k);
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) kf_mma::mma<T>(acc[i][j], a[i], b[j]);
+  }
+}
+
+// The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop, then op.store for every
+// element of the tile. `smem` holds Cfg::SHARED_BYTES.
+template <class Cfg, class Op>
+__device__ __forceinline__ void run(Op& op, typename Cfg::T* smem, int m0, int n0, int r_begin, int r_end) {
+  const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
+  const int wm = (warp / Cfg::WARPS_N) * Cfg::WTM, wn = (warp % Cfg::WARPS_N) * Cfg::WTN;
+  kf_mma::FragC acc[Cfg::FM][Cfg::FN];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int e = 0; e < kf_mma::C_ELEMS; ++e) acc[i][j].x[e] = 0.0f;
+
+  const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
+#pragma unroll
+  for (int t = 0; t < Cfg::STAGES - 1; ++t) {
+    if (t < tiles) load_stage<Cfg>(op, smem + t * Cfg::STAGE, r_begin + t * Cfg::BK, r_end, m0, n0);
+    commit();
+  }
+  for (int t = 0; t < tiles; ++t) {
+    wait<Cfg::STAGES - 2>();
+    __syncthreads();  // stage t is complete for every thread; stage t - 1 is no longer read
+    const int next = t + Cfg::STAGES - 1;
+    if (next < tiles) load_stage<Cfg>(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, r_begin + next * Cfg::BK, r_end, m0, n0);
+    commit();
+    compute_stage<Cfg>(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
+  }
+
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int e = 0; e < kf_mma::C_ELEMS; ++e) {
+        int row, col;
+        kf_mma::c_coord(e, lane, row, col);
+        op.store(m0 + wm + i * kf_mma::M + row, n0 + wn + j * kf_mma::N + col, acc[i][j].x[e]);
+      }
+}
+
+}  // namespace kf_igemm

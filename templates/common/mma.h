@@ -1,0 +1,122 @@
+// Matrix instructions, one vocabulary for every target: a warp multiplies an M x K tile of A by a
+// K x N tile of B into an M x N fp32 accumulator tile. Fragments live in registers; the layout of
+// their elements across lanes is each implementation's own, so engines only use:
+//   kf_mma::M, N, K, LANES, C_ELEMS     tile shape, lanes per warp, accumulator elements per lane
+//   load_a<A_RMAJOR>(FragA&, smem, ld, m, k)   A(m..m+M, k..k+K) from a shared tile
+//   load_b<B_RMAJOR>(FragB&, smem, ld, n, k)   B(k..k+K, n..n+N) from a shared tile
+//   mma(FragC&, FragA, FragB)                   C += A * B
+//   c_coord(e, lane, &row, &col)                where accumulator element e of a lane sits in the tile
+// A shared tile is "r-major" when the reduction index is its row (element (m, k) at k * ld + m),
+// otherwise element (m, k) is at m * ld + k; likewise B with n. Both orientations are served, so a
+// tile is stored the way global memory is contiguous and never transposed on the way in.
+//
+// Implementations: mma.sync + ldmatrix (NVIDIA sm_80+, 16-bit operands, fp32 accumulation), and a
+// portable one with the same lane layout in plain arithmetic (any compiler, the host emulator), which
+// also documents that layout. Needs prelude.h; TIN (the operand storage type) decides the instruction.
+#pragma once
+
+namespace kf_mma {
+
+constexpr int M = 16, N = 8, K = 16, C_ELEMS = 4, LANES = 32;
+
+// Accumulator element e of `lane`: rows lane/4 and lane/4 + 8, columns 2*(lane%4) and +1 (PTX ISA,
+// "Matrix Fragments for mma.m16n8k16": c0, c1 on the first row, c2, c3 eight rows below).
+__device__ __forceinline__ void c_coord(int e, int lane, int& row, int& col) {
+  row = lane / 4 + 8 * (e / 2);
+  col = 2 * (lane % 4) + (e % 2);
+}
+
+struct FragC { float x[C_ELEMS]; };
+
+#if defined(KF_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define KF_MMA_SYNC 1
+
+struct FragA { uint32_t x[4]; };
+struct FragB { uint32_t x[2]; };
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// A: four 8x8 matrices (rows 0-7 / 8-15) x (k 0-7 / 8-15) in the order of the a0..a3 registers. A lane
+// gives the address of one stored row: for [m][k] storage a row is an m; for r-major storage it is a k
+// and .trans turns the matrix round.
+template <bool R_MAJOR, typename T>
+__device__ __forceinline__ void load_a(FragA& f, const T* s, int ld, int m, int k) {
+  const int lane = threadIdx.x % LANES, q = lane / 8, i = lane % 8;
+  const int mm = m + 8 * (q % 2), kk = k + 8 * (q / 2);
+  if constexpr (R_MAJOR) {
+    const unsigned a = shared_address(s + (kk + i) * ld + mm);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0,%1,%2,%3}, [%4];"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "r"(a));
+  } else {
+    const unsigned a = shared_address(s + (mm + i) * ld + kk);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0,%1,%2,%3}, [%4];"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "r"(a));
+  }
+}
+
+// B: two 8x8 matrices, k 0-7 and 8-15 of eight columns (lanes 16-31 repeat the addresses of 0-15).
+template <bool R_MAJOR, typename T>
+__device__ __forceinline__ void load_b(FragB& f, const T* s, int ld, int n, int k) {
+  const int lane = threadIdx.x % LANES, q = (lane / 8) % 2, i = lane % 8;
+  if constexpr (R_MAJOR) {
+    const unsigned a = shared_address(s + (k + 8 * q + i) * ld + n);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 { %0,%1}, [%2];" : "=r"(f.x[0]), "=r"(f.x[1]) : "r"(a));
+  } else {
+    const unsigned a = shared_address(s + (n + i) * ld + k + 8 * q);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 { %0,%1}, [%2];" : "=r"(f.x[0]), "=r"(f.x[1]) : "r"(a));
+  }
+}
+
+template <typename T> __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b);
+
+template <> __device__ __forceinline__ void mma<f16_t>(FragC& c, const FragA& a, const FragB& b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
+               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
+               : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
+}
+
+template <> __device__ __forceinline__ void mma<bf16_t>(FragC& c, const FragA& a, const FragB& b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
+               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
+               : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
+}
+
+#else  // portable: the lane layout of mma.sync m16n8k16, in fp32 arithmetic
+
+// A lane keeps the two rows of A and the two columns of B its accumulator elements need, whole.
+struct FragA { float v[2][K]; };
+struct FragB { float v[2][K]; };
+
+template <bool R_MAJOR, typename T>
+__device__ __forceinline__ void load_a(FragA& f, const T* s, int ld, int m, int k) {
+  const int lane = threadIdx.x % LANES;
+  for (int h = 0; h < 2; ++h) {
+    const int mm = m + lane / 4 + 8 * h;
+    for (int kk = 0; kk < K; ++kk) f.v[h][kk] = kf_to_float(R_MAJOR ? s[(k + kk) * ld + mm] : s[mm * ld + k + kk]);
+  }
+}
+
+template <bool R_MAJOR, typename T>
+__device__ __forceinline__ void load_b(FragB& f, const T* s, int ld, int n, int k) {
+  const int lane = threadIdx.x % LANES;
+  for (int h = 0; h < 2; ++h) {
+    const int nn = n + 2 * (lane % 4) + h;
+    for (int kk = 0; kk < K; ++kk) f.v[h][kk] = kf_to_float(R_MAJOR ? s[(k + kk) * ld + nn] : s[nn * ld + k + kk]);
+  }
+}
+
+template <typename T> __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
+  for (int e = 0; e < C_ELEMS; ++e) {
+    float sum = 0.0f;
+    for (int kk = 0; kk < K; ++kk) sum += a.v[e / 2][kk] * b.v[e % 2][kk];
+    c.x[e] += sum;
+  }
+}
+
+#endif
+
+}  // namespace kf_mma

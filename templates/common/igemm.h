@@ -8,10 +8,14 @@
 // VA / VB elements along that contiguous direction.
 //
 // The op is a class with
-//   const T* a_chunk(int r, int m, bool& ok)   A(r, m) .. the next VA elements along the contiguous
-//   const T* b_chunk(int r, int n, bool& ok)   B(r, n) .. likewise VB; ok = false: the chunk is zero
-//   void store(int m, int n, float v)          C(m, n) (called for every element of the tile, in range or not)
-// Rows r >= r_end are zero without asking the op. Needs prelude.h and mma.h.
+//   ASlot a_slot(int m), BSlot b_slot(int n)   what a thread's chunk of column m / n keeps across stages
+//   const T* a_chunk(const ASlot&, int r, bool& ok)   A(r, m) .. the next VA elements along the contiguous
+//   const T* b_chunk(const BSlot&, int r, bool& ok)   B(r, n) .. likewise VB; ok = false: the chunk is zero
+//   CRow c_row(int m), CCol c_col(int n)       where row m / column n of C goes (worked out once per thread)
+//   void store(const CRow&, const CCol&, float v)   C(m, n), for every element of the tile, in range or not
+// A thread copies the same chunks of every stage's tiles, only r moves, so what depends on m or n alone
+// (channel offsets, filter taps, bounds) is worked out once, in the slots. Rows r >= r_end are zero
+// without asking the op. Needs prelude.h and mma.h.
 #pragma once
 
 namespace kf_igemm {
@@ -79,35 +83,59 @@ struct Config {
   static_assert((A_RMAJOR ? BM : BK) % VA == 0 && (B_RMAJOR ? BN : BK) % VB == 0, "chunks per row");
 };
 
-// One stage: A and B tiles of reduction rows [r0, r0 + BK) into `s`.
+// The chunks a thread copies into every stage: their place in the tile, r relative to the stage's
+// first row, and the op's slot for their column.
 template <class Cfg, class Op>
-__device__ __forceinline__ void load_stage(const Op& op, typename Cfg::T* s, int r0, int r_end, int m0, int n0) {
-  using T = typename Cfg::T;
-  T* sa = s;
-  T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
-  {
-    constexpr int PER_ROW = (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA;
+struct Chunks {
+  using ASlot = decltype(static_cast<const Op*>(nullptr)->a_slot(0));
+  using BSlot = decltype(static_cast<const Op*>(nullptr)->b_slot(0));
+  static constexpr int A_PER_ROW = (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA;
+  static constexpr int B_PER_ROW = (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB;
+  static constexpr int A_TOTAL = Cfg::A_ROWS * A_PER_ROW, B_TOTAL = Cfg::B_ROWS * B_PER_ROW;
+  static constexpr int NA = (A_TOTAL + Cfg::THREADS - 1) / Cfg::THREADS, NB = (B_TOTAL + Cfg::THREADS - 1) / Cfg::THREADS;
+  ASlot a[NA];
+  BSlot b[NB];
+  int a_dst[NA], a_r[NA], b_dst[NB], b_r[NB];
+
+  __device__ __forceinline__ Chunks(const Op& op, int m0, int n0) {
 #pragma unroll
-    for (int e = threadIdx.x; e < Cfg::A_ROWS * PER_ROW; e += Cfg::THREADS) {
-      const int row = e / PER_ROW, col = (e % PER_ROW) * Cfg::VA;
-      const int r = r0 + (Cfg::A_RMAJOR ? row : col), m = m0 + (Cfg::A_RMAJOR ? col : row);
-      bool ok = r < r_end;
-      const T* src = op.a_chunk(r, m, ok);
-      copy<Cfg::VA * (int)sizeof(T)>(sa + row * Cfg::A_LD + col, src, ok);
+    for (int i = 0; i < NA; ++i) {
+      const int e = min((int)threadIdx.x + i * Cfg::THREADS, A_TOTAL - 1);  // spare threads repeat the last chunk
+      const int row = e / A_PER_ROW, col = (e % A_PER_ROW) * Cfg::VA;
+      a[i] = op.a_slot(m0 + (Cfg::A_RMAJOR ? col : row));
+      a_r[i] = Cfg::A_RMAJOR ? row : col;
+      a_dst[i] = row * Cfg::A_LD + col;
+    }
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const int e = min((int)threadIdx.x + i * Cfg::THREADS, B_TOTAL - 1);
+      const int row = e / B_PER_ROW, col = (e % B_PER_ROW) * Cfg::VB;
+      b[i] = op.b_slot(n0 + (Cfg::B_RMAJOR ? col : row));
+      b_r[i] = Cfg::B_RMAJOR ? row : col;
+      b_dst[i] = row * Cfg::B_LD + col;
     }
   }
-  {
-    constexpr int PER_ROW = (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB;
+
+  // Stage tiles of reduction rows [r0, r0 + BK) into `s`.
+  __device__ __forceinline__ void load(const Op& op, typename Cfg::T* s, int r0, int r_end) const {
+    using T = typename Cfg::T;
+    T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
 #pragma unroll
-    for (int e = threadIdx.x; e < Cfg::B_ROWS * PER_ROW; e += Cfg::THREADS) {
-      const int row = e / PER_ROW, col = (e % PER_ROW) * Cfg::VB;
-      const int r = r0 + (Cfg::B_RMAJOR ? row : col), n = n0 + (Cfg::B_RMAJOR ? col : row);
+    for (int i = 0; i < NA; ++i) {
+      const int r = r0 + a_r[i];
       bool ok = r < r_end;
-      const T* src = op.b_chunk(r, n, ok);
-      copy<Cfg::VB * (int)sizeof(T)>(sb + row * Cfg::B_LD + col, src, ok);
+      const T* src = op.a_chunk(a[i], r, ok);
+      copy<Cfg::VA * (int)sizeof(T)>(s + a_dst[i], src, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const int r = r0 + b_r[i];
+      bool ok = r < r_end;
+      const T* src = op.b_chunk(b[i], r, ok);
+      copy<Cfg::VB * (int)sizeof(T)>(sb + b_dst[i], src, ok);
     }
   }
-}
+};
 
 template <class Cfg>
 __device__ __forceinline__ void compute_stage(const typename Cfg::T* s, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
@@ -132,7 +160,7 @@ __device__ __forceinline__ void compute_stage(const typename Cfg::T* s, kf_mma::
 // The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop, then op.store for every
 // element of the tile. `smem` holds Cfg::SHARED_BYTES.
 template <class Cfg, class Op>
-__device__ __forceinline__ void run(Op& op, typename Cfg::T* smem, int m0, int n0, int r_begin, int r_end) {
+__device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem, int m0, int n0, int r_begin, int r_end) {
   const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
   const int wm = (warp / Cfg::WARPS_N) * Cfg::WTM, wn = (warp % Cfg::WARPS_N) * Cfg::WTN;
   kf_mma::FragC acc[Cfg::FM][Cfg::FN];
@@ -143,31 +171,43 @@ __device__ __forceinline__ void run(Op& op, typename Cfg::T* smem, int m0, int n
 #pragma unroll
       for (int e = 0; e < kf_mma::C_ELEMS; ++e) acc[i][j].x[e] = 0.0f;
 
+  const Chunks<Cfg, Op> chunks(op, m0, n0);
   const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
 #pragma unroll
   for (int t = 0; t < Cfg::STAGES - 1; ++t) {
-    if (t < tiles) load_stage<Cfg>(op, smem + t * Cfg::STAGE, r_begin + t * Cfg::BK, r_end, m0, n0);
+    if (t < tiles) chunks.load(op, smem + t * Cfg::STAGE, r_begin + t * Cfg::BK, r_end);
     commit();
   }
   for (int t = 0; t < tiles; ++t) {
     wait<Cfg::STAGES - 2>();
     __syncthreads();  // stage t is complete for every thread; stage t - 1 is no longer read
     const int next = t + Cfg::STAGES - 1;
-    if (next < tiles) load_stage<Cfg>(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, r_begin + next * Cfg::BK, r_end, m0, n0);
+    if (next < tiles) chunks.load(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, r_begin + next * Cfg::BK, r_end);
     commit();
     compute_stage<Cfg>(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
   }
 
+  // A lane's accumulators cover a few rows and columns of the tile, each many times: the op's mapping of
+  // a row and of a column to the output is worked out once per row and per column.
+  using CRow = decltype(op.c_row(0));
+  using CCol = decltype(op.c_col(0));
+  CRow rows[Cfg::FM][kf_mma::C_ROWS];
+  CCol cols[Cfg::FN][kf_mma::C_COLS];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int h = 0; h < kf_mma::C_ROWS; ++h) rows[i][h] = op.c_row(m0 + wm + i * kf_mma::M + kf_mma::c_row(h, lane));
+#pragma unroll
+  for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+    for (int h = 0; h < kf_mma::C_COLS; ++h) cols[j][h] = op.c_col(n0 + wn + j * kf_mma::N + kf_mma::c_col(h, lane));
 #pragma unroll
   for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
     for (int j = 0; j < Cfg::FN; ++j)
 #pragma unroll
-      for (int e = 0; e < kf_mma::C_ELEMS; ++e) {
-        int row, col;
-        kf_mma::c_coord(e, lane, row, col);
-        op.store(m0 + wm + i * kf_mma::M + row, n0 + wn + j * kf_mma::N + col, acc[i][j].x[e]);
-      }
+      for (int e = 0; e < kf_mma::C_ELEMS; ++e)
+        op.store(rows[i][kf_mma::c_row_of(e)], cols[j][kf_mma::c_col_of(e)], acc[i][j].x[e]);
 }
 
 }  // namespace kf_igemm

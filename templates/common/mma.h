@@ -5,7 +5,7 @@
 //   load_a<A_RMAJOR>(FragA&, smem, ld, m, k)   A(m..m+M, k..k+K) from a shared tile
 //   load_b<B_RMAJOR>(FragB&, smem, ld, n, k)   B(k..k+K, n..n+N) from a shared tile
 //   mma(FragC&, FragA, FragB)                   C += A * B
-//   c_coord(e, lane, &row, &col)                where accumulator element e of a lane sits in the tile
+//   c_row / c_col, c_row_of / c_col_of          where accumulator element e of a lane sits in the tile
 // A shared tile is "r-major" when the reduction index is its row (element (m, k) at k * ld + m),
 // otherwise element (m, k) is at m * ld + k; likewise B with n. Both orientations are served, so a
 // tile is stored the way global memory is contiguous and never transposed on the way in.
@@ -19,12 +19,15 @@ namespace kf_mma {
 
 constexpr int M = 16, N = 8, K = 16, C_ELEMS = 4, LANES = 32;
 
-// Accumulator element e of `lane`: rows lane/4 and lane/4 + 8, columns 2*(lane%4) and +1 (PTX ISA,
-// "Matrix Fragments for mma.m16n8k16": c0, c1 on the first row, c2, c3 eight rows below).
-__device__ __forceinline__ void c_coord(int e, int lane, int& row, int& col) {
-  row = lane / 4 + 8 * (e / 2);
-  col = 2 * (lane % 4) + (e % 2);
-}
+// Accumulator element e of a lane sits at row c_row(c_row_of(e), lane) and column c_col(c_col_of(e), lane)
+// of the tile; a lane's elements span C_ROWS rows and C_COLS columns. Here rows lane/4 and lane/4 + 8,
+// columns 2*(lane%4) and +1 (PTX ISA, "Matrix Fragments for mma.m16n8k16": c0, c1 on the first row, c2,
+// c3 eight rows below).
+constexpr int C_ROWS = 2, C_COLS = 2;
+__device__ __forceinline__ int c_row_of(int e) { return e / 2; }
+__device__ __forceinline__ int c_col_of(int e) { return e % 2; }
+__device__ __forceinline__ int c_row(int i, int lane) { return lane / 4 + 8 * i; }
+__device__ __forceinline__ int c_col(int i, int lane) { return 2 * (lane % 4) + i; }
 
 struct FragC { float x[C_ELEMS]; };
 

@@ -100,3 +100,26 @@ template <typename T> __device__ __forceinline__ T kf_warp_sum(T v) {
   for (int o = warpSize / 2; o > 0; o >>= 1) v += kf_shfl_xor(v, o);
   return v;
 }
+
+// Division by a divisor fixed for the kernel's life, as a multiply and a shift (n < 2^31): the index
+// arithmetic of implicit GEMM divides every element's position, and a hardware-less integer division
+// costs ~20 instructions. m = floor(2^32 (2^s - d) / d) + 1 with 2^s >= d gives n / d = (hi(n m) + n) >> s.
+struct kf_divider {
+  unsigned int d, m, s;
+  __device__ __forceinline__ void init(int divisor) {
+    d = (unsigned int)divisor;
+    s = 0;
+    while ((1u << s) < d) ++s;
+    m = (unsigned int)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int div(int n) const {
+    const unsigned int hi = (unsigned int)(((unsigned long long)(unsigned int)n * m) >> 32);
+    return (int)((hi + (unsigned int)n) >> s);
+  }
+  // n / d and n % d.
+  __device__ __forceinline__ int divmod(int n, int& rem) const {
+    const int q = div(n);
+    rem = n - q * (int)d;
+    return q;
+  }
+};

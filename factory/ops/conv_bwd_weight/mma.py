@@ -3,8 +3,7 @@
 dW[g] (K x C*filter) = dOut[g]^T (K x N*out) . im2col(In[g]) (N*out x C*filter), with blocks tiling K (M)
 and C*filter (N) and warps issuing mma.sync on 16-bit operands with fp32 accumulation. Operands are
 staged as they lie in memory: channels-last tensors in chunks along K / C (`vector_a`, `vector_b`
-elements, 16 bytes at 8), NGCHW output gradients in chunks along output positions (`vector_a`, which
-then needs the output width divisible by it) and NGCHW inputs element by element.
+elements, 16 bytes at 8), NGCHW ones in chunks along output rows (see _row_chunks_why_not).
 """
 
 from __future__ import annotations
@@ -96,10 +95,6 @@ class Mma(BwdWeightFamily):
     def supported_cells(self) -> frozenset:
         return CELLS
 
-    def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        # NGCHW inputs are gathered element by element (an input row is contiguous only at stride 1 and
-        # when padding and dilation keep chunks aligned).
-        return cl.channel_innermost(layout) or params.vector_b == 1
 
     def why_not_on(self, params: MmaParams, target: DeviceTarget) -> str | None:
         if MatrixUnit.MMA_SYNC not in target.matrix_units:
@@ -116,8 +111,10 @@ class Mma(BwdWeightFamily):
             if problem.K % p.vector_a or problem.C % p.vector_b:
                 return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by "
                         f"them (C={problem.C}, K={problem.K})")
-        elif problem.output[-1] % p.vector_a:
-            return f"chunks of {p.vector_a} output positions need the output width {problem.output[-1]} divisible by it"
+        else:
+            reason = _row_chunks_why_not(p, problem)
+            if reason:
+                return reason
         shared = p.shared_bytes(problem.layout)
         if shared > target.shared_optin:
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
@@ -142,6 +139,22 @@ class Mma(BwdWeightFamily):
             n_cols / (math.ceil(n_cols / p.block_n) * p.block_n))
         wide = 0.3 * (p.vector_a == 8) + 0.3 * (p.vector_b == 8)
         return 2.0 + used + wide + fill_score(blocks, target) - self.reduction_penalty(p)
+
+
+def _row_chunks_why_not(p: MmaParams, problem: ConvProblem) -> str | None:
+    """NGCHW operands are staged in chunks along output rows. Output-gradient chunks need the output
+    width divisible by the chunk; input chunks are contiguous, aligned and wholly inside or outside the
+    input row only at stride 1 with the row width, left padding and every tap's shift multiples of it."""
+    wo = problem.output[-1]
+    if wo % p.vector_a or wo % p.vector_b:
+        return f"chunks of {max(p.vector_a, p.vector_b)} output positions need the output width {wo} divisible by it"
+    v = p.vector_b
+    if v > 1:
+        taps_aligned = problem.filter[-1] == 1 or problem.dilation[-1] % v == 0
+        if problem.stride[-1] != 1 or problem.input[-1] % v or problem.pad[-1] % v or not taps_aligned:
+            return (f"input chunks of {v} along rows need stride 1 and the input width, left padding and "
+                    f"dilation (with more than one tap) divisible by {v}")
+    return None
 
 
 def _tiles(p: MmaParams, problem: ConvProblem) -> int:

@@ -1,7 +1,8 @@
-"""`kfactory bench --random`: reproducible draws, valid problems within the caps, the mix."""
+"""`kfactory bench --random`: reproducible draws, valid problems within the caps, the mix, the CLI."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -11,15 +12,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from factory.bench import random_cases as rc
-from factory.bench.model import BenchError
+from factory.bench.model import BenchError, Row, Status, Timing
 from factory.bench.random_cases import (
     CONV_KINDS, DTYPES, LAYOUTS, MAX_CONV_MACS, MAX_TENSOR_BYTES, NORM_KINDS, draw, kind_of, parse_random_dtypes,
     random_meta,
 )
+from factory.bench.report import print_table, problem_text
 from factory.bench.suite import OP_LAYOUTS
 from factory.ops import SOLVERS
 from factory.problem import DType, Layout, Op
 from factory.selector import lookup
+from test_bench import CEIL, ReferenceKernel, _env, _one_error, fixed_timer, kfactory  # noqa: F401 (fixture)
 
 CONV, GN = Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD
 
@@ -179,3 +182,92 @@ def test_meta_says_how_to_draw_again():
     assert meta["n_per_op"] == 4 and meta["seed"] == 9 and meta["ops"] == ["conv_bwd_weight"]
     assert meta["version"] == rc.RANDOM_VERSION and sum(meta["kinds"]["conv_bwd_weight"].values()) == 4
     assert meta["command"] == "kfactory bench --random 4 --seed 9 --ops conv_bwd_weight"
+
+
+# --- the table ---------------------------------------------------------------------------------------
+def test_problem_text_drops_default_fields(many):
+    key = "conv_bwd_weight:nhwgc:fp16:2d:N=8,G=48,C=1,K=1,input=55x55,filter=3x3,stride=1x1,pad=0x0,dilation=1x1"
+    assert problem_text(key) == "N=8,G=48,C=1,K=1,input=55x55,filter=3x3"
+    sided = ("conv_bwd_weight:ngchw:bf16:3d:N=2,G=1,C=16,K=16,input=4x8x9,filter=3x4x4,stride=1x2x2,"
+             "pad_left=1x1x1,pad_right=1x2x2,dilation=2x2x2")
+    assert problem_text(sided) == "N=2,G=1,C=16,K=16,input=4x8x9,filter=3x4x4,stride=1x2x2,pad_left=1,pad_right=1x2x2,dilation=2"
+    assert problem_text("groupnorm_bwd:ngchw:fp16:2d:N=1,C=64,G=32,input=7x9,affine=0") == "N=1,C=64,G=32,input=7x9,affine=0"
+    assert problem_text("N=1,C=4,K=8,input=8x8") == "N=1,C=4,K=8,input=8x8"  # a not-implemented row's spec
+    for item in many:  # the short text is still the problem
+        assert SOLVERS[item.case.op].parse_problem(problem_text(item.problem.key), item.layout, item.dtype) == item.problem
+
+
+def test_table_shows_the_sizes_of_drawn_cases():
+    from rich.console import Console
+
+    item = draw(1, 7, [CONV])[0]
+    t = Timing(10.0, 1.0, 9.0, 11.0, 30)
+    row = Row(CONV, item.case.name, item.dtype, item.layout, Status.OK, problem=item.problem.key, ours=t, torch=t)
+    console = Console(width=250, record=True)
+    print_table(console, [row], CEIL, problems=True)
+    text = console.export_text()
+    assert re.search(r"rand_s7_000_dense_k1x1 +│ N=8,G=1,C=24,K=91,input=13x13,filter=1x1 +│", text)
+    plain = Console(width=250, record=True)
+    print_table(plain, [row], CEIL)
+    assert "input=13x13" not in plain.export_text()
+
+
+# --- the command ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--random", "3", "--seed", "1", "--cases", "mnv1_dw3"], "--random draws its own problems"),
+    (["bench", "--random", "3", "--seed", "1", "--suite", "x.toml"], "--random draws its own problems"),
+    (["bench", "--random", "3"], "--random needs --seed S"),
+    (["bench", "--random", "0", "--seed", "1"], "--random needs a number of problems >= 1"),
+    (["bench", "--random", "2", "--seed", "-4"], "--seed >= 0"),
+    (["bench", "--random", "2", "--seed", "1", "--ops", "dwsep_conv_fwd"], "not dwsep_conv_fwd"),
+    (["bench", "--random", "2", "--seed", "1", "--dtypes", "int8"], "not int8"),
+    (["bench", "--random", "2", "--seed", "1", "--dtypes", "bf16_fp32w"], "leaves groupnorm_bwd no dtype"),
+])
+def test_cli_random_one_line_errors(kfactory, capsys, argv, message):
+    assert kfactory(argv) == 2
+    assert message in _one_error(capsys)
+
+
+def _fake_gpu(monkeypatch, seen):
+    import factory.bench.ceilings as ceilings_mod
+    import factory.bench.gpu as gpu
+
+    def fake_machine(settings, db_url, stage, seed=None):
+        seen["seed"] = seed
+        env = _env(ReferenceKernel, 10.0, 30.0)
+        return gpu.Machine(env, fixed_timer(1.0), {"device": "CPU stand-in"})
+
+    monkeypatch.setattr(gpu, "open_machine", fake_machine)
+    monkeypatch.setattr(ceilings_mod, "measure_ceilings", lambda timer, device: CEIL)
+    # Small problems, so the numpy reference and PyTorch's CPU ops stay quick.
+    monkeypatch.setattr(rc, "MAX_TENSOR_BYTES", 32 << 20)
+    monkeypatch.setattr(rc, "MAX_CONV_MACS", 20_000_000)
+
+
+def test_cli_random_run_on_cpu_records_seed_and_n(kfactory, capsys, monkeypatch, tmp_path):
+    seen = {}
+    _fake_gpu(monkeypatch, seen)
+    argv = ["bench", "--random", "3", "--seed", "11", "--dtypes", "fp32", "--reps", "5"]
+    assert kfactory([*argv, "--out", str(tmp_path / "a")]) == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert seen["seed"] == 11  # the same seed seeds the inputs
+    data = json.loads((tmp_path / "a" / "results.json").read_text())
+    meta = data["meta"]
+    assert meta["suite"] is None and meta["random"]["seed"] == 11 and meta["random"]["n_per_op"] == 3
+    assert meta["random"]["ops"] == ["conv_bwd_weight", "groupnorm_bwd"] and meta["random"]["dtypes"] == ["fp32"]
+    assert meta["random"]["command"] == "kfactory bench --random 3 --seed 11 --ops conv_bwd_weight,groupnorm_bwd --dtypes fp32"
+    expected = draw(3, 11, dtypes=[DType.FP32])
+    assert [(r["op"], r["case"], r["dtype"], r["layout"], r["problem"]) for r in data["rows"]] == [
+        (i.case.op.value, i.case.name, i.dtype.value, i.layout.name, i.problem.key) for i in expected]
+    assert [r["status"] for r in data["rows"]] == ["ok"] * 6
+    assert data["geomean_speedup"]["overall"] == pytest.approx(3.0)
+    text = " ".join(captured.out.split())
+    assert "3 random problems per op, seed 11" in text
+    for item in expected:  # each row spells its problem, in the table and in its progress line
+        assert re.search(rf"{item.case.name} +│ {re.escape(problem_text(item.problem.key))} +│", captured.out)
+    assert f"{expected[0].label} [{problem_text(expected[0].problem.key)}]" in " ".join(captured.err.split())
+    # A second run with the same seed measures the same cases: --compare pairs every row.
+    assert kfactory([*argv, "--out", str(tmp_path / "b"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["random"]["seed"] == 11
+    assert kfactory(["bench", "--compare", str(tmp_path / "a" / "results.json"), str(tmp_path / "b" / "results.json")]) == 0
+    assert "over 6 cases in both runs" in " ".join(capsys.readouterr().out.split())

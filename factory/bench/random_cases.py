@@ -300,7 +300,7 @@ def _kinds(op: Op) -> tuple[Any, ...]:
     return CONV_KINDS if op is Op.CONV_BWD_WEIGHT else NORM_KINDS
 
 
-def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = None, width: int = 3) -> BenchItem:
+def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = None) -> BenchItem:
     """Problem `index` of `op` for `seed`: a kind, a layout, a dtype (one of `dtypes`), then sizes within the caps."""
     rng = np.random.default_rng([seed, _STREAM[op], index])
     kind = _pick(rng, [(k, k.weight) for k in _kinds(op)])
@@ -321,7 +321,7 @@ def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = No
         if not (_conv_fits(problem) if conv else _norm_fits(problem)):
             continue
         hint = _conv_hint(kind, problem) if conv else _norm_hint(kind, problem)
-        name = f"rand_s{seed}_{index:0{width}d}_{hint}"
+        name = f"rand_s{seed}_{index:03d}_{hint}"
         return BenchItem(Case(op, name, sizes, (dtype,), (layout,)), dtype, layout, problem)
     raise RuntimeError(f"no {op.value} {kind.tag} draw within the caps in {MAX_TRIES} tries (seed {seed}, index {index})")
 
@@ -352,8 +352,7 @@ def draw(n: int, seed: int, ops: Sequence[Op] | None = None, dtypes: Sequence[DT
     if others:
         raise BenchError(f"random problems are drawn for {', '.join(o.value for o in RANDOM_OPS)} only "
                          f"(the ops with kernels); not {', '.join(others)}")
-    width = max(3, len(str(n - 1)))
-    return [draw_item(op, seed, i, dtypes, width) for op in RANDOM_OPS if op in chosen for i in range(n)]
+    return [draw_item(op, seed, i, dtypes) for op in RANDOM_OPS if op in chosen for i in range(n)]
 
 
 def kind_of(item: BenchItem) -> str:

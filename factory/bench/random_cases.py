@@ -5,9 +5,10 @@ from tuning the catalog to the suite. Each drawn problem becomes a one-dtype, on
 (named e.g. `rand_s7_012_dw1d_k31`: seed, index within the op, kind, filter) whose problem is parsed
 from its spec by the op's own parser, so the runner, the report and `--compare` treat it as any suite
 case. The same (seed, N, ops, dtypes) draws the same problems: every problem has its own generator,
-`numpy.random.default_rng([seed, op stream, index])`, read only through `random()` (uniform floats,
-stable across numpy versions), so `--random 3` draws the first 3 problems of `--random 60`, and adding
-an op leaves the other op's problems as they were.
+`numpy.random.default_rng([seed, op stream, index])`, read only through `random()` (doubles taken
+straight from the bit generator, so the draws do not hang on how numpy implements its distributions);
+`--random 3` draws the first 3 problems of `--random 60`, and adding an op leaves the other op's
+problems as they were.
 
 conv_bwd_weight (C and K per group; a kind first, then layout, dtype, then the sizes):
 

@@ -103,8 +103,8 @@ def _suite(tmp_path: Path, text: str) -> Path:
     ("conv_bwd_weight = [ { N = 1 } ]", "case #1 has no name"),
     ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [8], filter = [3], layouts = ['NCHW5'] } ]",
      "unknown layout"),
-    ("groupnorm_bwd = [ { name = 'g', N = 1, C = 8, G = 2, input = [4, 4], layouts = ['NHWGC'] } ]",
-     "NGCHW only"),
+    ("groupnorm_bwd = [ { name = 'g', N = 1, C = 8, G = 2, input = [4, 4], layouts = ['GNHWC'] } ]",
+     "NGCHW, NHWGC only"),
     ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [4], filter = [9] } ]",
      "conv_bwd_weight/a .*filter"),
     ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [8], filter = [3], X = 'y' } ]",
@@ -216,6 +216,17 @@ def test_int8_has_no_baseline():
     assert t["input"].dtype is torch.int8 and int(t["input"].abs().max()) <= 4
     with pytest.raises(UnsupportedProblem, match="int8"):
         CONV.torch_baseline(p, {"input": t["input"], "grad_output": t["grad_output"]})
+
+
+def test_groupnorm_case_runs_in_both_of_its_layouts(tmp_path):
+    path = _suite(tmp_path, "groupnorm_bwd = [ { name = 'g', N = 2, C = 12, G = 3, input = [5, 7], fp32 = true, "
+                            "layouts = ['NGCHW', 'NHWGC'] } ]")
+    items = expand(load_suite(path), dtypes=[DType.FP32])
+    assert [i.layout for i in items] == [Layout.NGCHW, Layout.NHWGC]
+    for item in items:
+        assert item.problem.layout is item.layout
+        row = bench_item(item, _env(ReferenceKernel))
+        assert row.status is Status.OK, row.note
 
 
 # --- the row logic with a CPU "GPU" --------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`kfactory bench`: the suite against PyTorch on this GPU, or `--compare A.json B.json`.
+"""`kfactory bench`: the suite, or `--random N` drawn problems, against PyTorch on this GPU; `--compare A.json B.json`.
 
 Mistakes (bad suite, unknown op/case/dtype, no GPU) raise BenchError, which the CLI prints as one
 line with exit status 2. A run exits 1 when a row is wrong or failed, after writing every file.
@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from .model import BenchError, Row, Status
+from .model import BenchError, BenchItem, Row, Status
+from .random_cases import draw, parse_random_dtypes, random_meta
+from .report import PROBLEM_WIDTH, problem_text
 from .suite import expand, load_suite, parse_dtypes, parse_list, parse_ops
 from .timing import MIN_REPS, TimingSettings
 
@@ -26,18 +28,24 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench",
         help="time our kernels against PyTorch on the benchmark suite (GPU), or compare two runs",
-        description="For each suite case x dtype x layout: our tuned kernel (tuned first when untuned) and "
-        "PyTorch's op on the same inputs, checked against each other, then timed the same way.",
+        description="For each suite case (or --random drawn problem) x dtype x layout: our tuned kernel (tuned first "
+        "when untuned) and PyTorch's op on the same inputs, checked against each other, then timed the same way.",
     )
     p.add_argument("--suite", help="suite TOML (default: the shipped bench/public_suite.toml)")
     p.add_argument("--ops", help="comma-separated op ids to run, e.g. conv_bwd_weight,groupnorm_bwd")
-    p.add_argument("--dtypes", help="comma-separated subset of fp16,bf16,fp32 (fp32 only where a case sets fp32 = true)")
+    p.add_argument("--dtypes", help="comma-separated subset of fp16,bf16,fp32 (fp32 only where a case sets fp32 = true; "
+                   "with --random also bf16_fp32w)")
     p.add_argument("--cases", help="comma-separated case names (a quick subset)")
+    p.add_argument("--random", type=int, metavar="N",
+                   help="instead of the suite: N problems per op drawn from network-like distributions "
+                   "(needs --seed; takes --ops and --dtypes; not --suite or --cases)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"directory for results.csv/json and the PNGs (default {DEFAULT_OUT})")
     p.add_argument("--db", help="tuning DB: SQLAlchemy URL or SQLite file (default: $KFACTORY_DB or the user data dir)")
     p.add_argument("--reps", type=int, default=50, help=f"timed reps per contender (default 50; < {MIN_REPS} is a smoke run)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
-    p.add_argument("--seed", type=int, help="seed of the random inputs (default: fresh)")
+    p.add_argument("--seed", type=int,
+                   help="seed of the random inputs and, with --random, of the drawn problems "
+                   "(the same seed, N, --ops and --dtypes draw the same problems; default: fresh inputs)")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.add_argument("--replot", metavar="RESULTS.json", help="redraw speedup.png and roofline.png in --out from a stored run; runs nothing")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="per-case ratios between two runs; runs nothing")
@@ -46,14 +54,19 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    # A wide table stays one line per row when piped to a file or a log (rich assumes 80 columns there).
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console = _console()
     if args.compare:
         return _compare(console, *args.compare)
     if args.replot:
         return _replot(args.replot, args.out)
-    suite = load_suite(args.suite)
-    items = expand(suite, parse_ops(args.ops), parse_dtypes(args.dtypes), parse_list(args.cases) or None)
+    random_run: dict[str, Any] | None = None
+    suite_path: str | None = None
+    if args.random is not None:
+        items, random_run = _random_items(args)
+    else:
+        suite = load_suite(args.suite)
+        items = expand(suite, parse_ops(args.ops), parse_dtypes(args.dtypes), parse_list(args.cases) or None)
+        suite_path = str(suite.path)
     if args.reps < 1 or args.warmup < 0:
         raise BenchError("--reps must be >= 1 and --warmup >= 0")
     settings = TimingSettings(reps=args.reps, warmup=args.warmup)
@@ -81,14 +94,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 progress.update(task, description=item.label)
                 row = bench_item(item, machine.env)
                 rows.append(row)
-                progress.console.print(_row_line(item.label, row))
+                label = f"{item.label} [{problem_text(row.problem)}]" if random_run else item.label
+                progress.console.print(_row_line(label, row))
                 progress.advance(task)
         except KeyboardInterrupt:
             interrupted = True  # keep what was measured: write it below, then exit 130
     meta = {
         "started_at": started.isoformat(),
         "finished_at": datetime.now(timezone.utc).isoformat(),
-        "suite": str(suite.path),
+        "suite": suite_path,
+        "random": random_run,
         "filters": {"ops": args.ops, "dtypes": args.dtypes, "cases": args.cases},
         "reps": settings.reps,
         "warmup": settings.warmup,
@@ -104,7 +119,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write((out / "results.json").read_text())
     else:
-        print_table(console, rows, ceilings, title=f"kfactory bench on {machine.description['device']}")
+        title = f"kfactory bench on {machine.description['device']}"
+        if random_run:
+            title += f": {random_run['n_per_op']} random problems per op, seed {random_run['seed']}"
+            console = _console(extra=PROBLEM_WIDTH)
+        print_table(console, rows, ceilings, title=title, problems=random_run is not None)
     if not any(p.suffix == ".png" for p in written):
         errors.print("note: PNGs skipped: matplotlib is not installed (pip install 'kernel-factory[bench]')")
     errors.print("wrote " + ", ".join(str(p) for p in written))
@@ -116,6 +135,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         errors.print(f"{len(bad)} rows wrong or failed: " + ", ".join(f"{r.case} {r.dtype.value} {r.layout.name}" for r in bad))
         return 1
     return 0
+
+
+def _console(extra: int = 0) -> Console:
+    # A wide table stays one line per row when piped to a file or a log (rich assumes 80 columns there).
+    return Console() if sys.stdout.isatty() else Console(width=200 + extra)
+
+
+def _random_items(args: argparse.Namespace) -> tuple[list[BenchItem], dict[str, Any]]:
+    """The drawn items of `--random N` and what results.json records to draw them again."""
+    if args.suite or args.cases:
+        raise BenchError("--random draws its own problems: it takes no --suite or --cases")
+    if args.seed is None:
+        raise BenchError("--random needs --seed S (the same seed, N and --ops draw the same problems)")
+    ops = parse_ops(args.ops)
+    dtypes = parse_random_dtypes(parse_list(args.dtypes))
+    items = draw(args.random, args.seed, ops, dtypes)
+    return items, random_meta(args.random, args.seed, ops, dtypes, items)
 
 
 def _compare(console: Console, a: str, b: str) -> int:

@@ -135,19 +135,44 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 NOTE_WIDTH = 48  # the table shows the start of a note; results.csv / .json hold it whole
+PROBLEM_WIDTH = 64  # what the problem column (random runs) adds to the width of a piped table
+_DEFAULTS = {"stride": "1", "dilation": "1", "pad": "0"}
+_PER_DIM = ("stride", "dilation", "pad", "pad_left", "pad_right")
 
 
-def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, title: str = "kfactory bench") -> None:
-    """The rows, then the geometric-mean speedup per op and overall (rich Console)."""
+def problem_text(problem: str) -> str:
+    """A row's problem as a short --problem string: the problem key's sizes, less stride, dilation and pad
+    where they are the default, and one number where every dim has the same ('N=8,G=48,C=1,K=1,
+    input=55x55,filter=3x3,stride=2,pad=1'); a row without a key (no solver) keeps its spec."""
+    spec = problem.split(":", 4)[4] if problem.count(":") >= 4 else problem
+    kept = []
+    for token in spec.split(","):
+        name, _, value = token.partition("=")
+        parts = value.split("x")
+        if name in _DEFAULTS and all(v == _DEFAULTS[name] for v in parts):
+            continue
+        kept.append(f"{name}={parts[0]}" if name in _PER_DIM and len(set(parts)) == 1 else token)
+    return ",".join(kept)
+
+
+def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, title: str = "kfactory bench",
+                problems: bool = False) -> None:
+    """The rows, then the geometric-mean speedup per op and overall (rich Console); `problems` adds each
+    row's sizes after its case name (for drawn cases, whose names do not say them)."""
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=escape(title))
-    for col, right in (("op", False), ("case", False), ("dtype", False), ("layout", False), ("ours µs", True),
-                       ("PyTorch µs", True), ("speedup", True), ("% DRAM ours/PT", True), ("% MMA ours", True),
-                       ("status / note", False)):
-        table.add_column(col, justify="right" if right else "left")
-    for row in rows:
+    columns = [("op", False), ("case", False), ("dtype", False), ("layout", False), ("ours µs", True),
+               ("PyTorch µs", True), ("speedup", True), ("% DRAM ours/PT", True), ("% MMA ours", True),
+               ("status / note", False)]
+    if problems:
+        columns.insert(2, ("problem", False))
+    texts = [problem_text(row.problem) for row in rows]
+    for col, right in columns:
+        # On a narrow terminal a problem's sizes fold onto more lines, never lose their end.
+        table.add_column(col, justify="right" if right else "left", overflow="fold" if col == "problem" else "ellipsis")
+    for row, text in zip(rows, texts):
         r = record(row, ceilings)
         speed = r["speedup"]
         speed_text = "–" if speed is None else f"[{'green' if speed >= 1 else 'red'}]{speed:.2f}×[/]"
@@ -156,8 +181,9 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
             status = f"[bold red]{status}[/]"
         short = row.note if len(row.note) <= NOTE_WIDTH else row.note[: NOTE_WIDTH - 1] + "…"
         note = "; ".join(t for t in (status, escape(short)) if t)
+        sizes = (escape(text),) if problems else ()
         table.add_row(
-            row.op.value, escape(row.case), row.dtype.value, row.layout.name,
+            row.op.value, escape(row.case), *sizes, row.dtype.value, row.layout.name,
             _timing_text(row.ours), _timing_text(row.torch), speed_text,
             f"{_num(r['ours_dram_pct'], '.0f')}/{_num(r['torch_dram_pct'], '.0f')}", _num(r["ours_mma_pct"], ".1f"),
             note,

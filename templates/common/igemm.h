@@ -8,14 +8,17 @@
 // VA / VB elements along that contiguous direction.
 //
 // The op is a class with
-//   ASlot a_slot(int m), BSlot b_slot(int n)   what a thread's chunk of column m / n keeps across stages
-//   const T* a_chunk(const ASlot&, int r, bool& ok)   A(r, m) .. the next VA elements along the contiguous
-//   const T* b_chunk(const BSlot&, int r, bool& ok)   B(r, n) .. likewise VB; ok = false: the chunk is zero
-//   CRow c_row(int m), CCol c_col(int n)       where row m / column n of C goes (worked out once per thread)
+//   Pos pos(int r)                              what every chunk of reduction row r shares (its position)
+//   ASlot a_slot(int m), BSlot b_slot(int n)    what a thread's chunk of column m / n keeps across stages
+//   const T* a_chunk(const ASlot&, const Pos&, bool& ok)   A(r, m) .. the next VA elements along the
+//   const T* b_chunk(const BSlot&, const Pos&, bool& ok)   contiguous direction (likewise B with VB);
+//                                               ok = false: the chunk is zero
+//   CRow c_row(int m), CCol c_col(int n)        where row m / column n of C goes (worked out once per thread)
 //   void store(const CRow&, const CCol&, float v)   C(m, n), for every element of the tile, in range or not
 // A thread copies the same chunks of every stage's tiles, only r moves, so what depends on m or n alone
-// (channel offsets, filter taps, bounds) is worked out once, in the slots. Rows r >= r_end are zero
-// without asking the op. Needs prelude.h and mma.h.
+// (channel offsets, filter taps, bounds) is worked out once, in the slots. In r-major tiles a thread's
+// chunks of A and B all lie on one reduction row, so the op's position of a row is worked out once per
+// stage for all of them. Rows r >= r_end are zero without asking the op. Needs prelude.h and mma.h.
 #pragma once
 
 namespace kf_igemm {
@@ -83,56 +86,95 @@ struct Config {
   static_assert((A_RMAJOR ? BM : BK) % VA == 0 && (B_RMAJOR ? BN : BK) % VB == 0, "chunks per row");
 };
 
-// The chunks a thread copies into every stage: their place in the tile, r relative to the stage's
-// first row, and the op's slot for their column.
+// The chunks of one operand a thread copies into every stage. An r-major tile (rows are reduction rows)
+// gives each reduction row THREADS / BK threads, which take that row's chunks in turn, so all of a
+// thread's chunks share its row; other tiles deal chunks out in order and each has its own r.
+template <class Cfg, class Slot, bool R_MAJOR, int LD, int ROWS, int PER_ROW>
+struct OperandChunks {
+  static constexpr int TPR = Cfg::THREADS / Cfg::BK;  // threads per reduction row (r-major)
+  static constexpr int TOTAL = ROWS * PER_ROW;
+  static constexpr int N = R_MAJOR ? (PER_ROW + TPR - 1) / TPR : (TOTAL + Cfg::THREADS - 1) / Cfg::THREADS;
+  static constexpr bool ALL_LIVE = R_MAJOR ? PER_ROW % TPR == 0 : TOTAL % Cfg::THREADS == 0;
+  static_assert(!R_MAJOR || Cfg::THREADS % Cfg::BK == 0, "r-major tiles need whole threads per reduction row");
+  Slot slot[N];
+  int dst[N], r[N];  // shared-memory element offset; r relative to the stage's first row (not r-major)
+  bool live[N];      // the chunk exists (the last round of a thread may have none)
+
+  template <class MakeSlot>
+  __device__ __forceinline__ void init(int first, int vec, MakeSlot make) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      int row, col;
+      if constexpr (R_MAJOR) {
+        row = tid / TPR;
+        col = tid % TPR + i * TPR;
+        live[i] = ALL_LIVE || col < PER_ROW;
+      } else {
+        const int e = tid + i * Cfg::THREADS;
+        live[i] = ALL_LIVE || e < TOTAL;
+        row = (live[i] ? e : 0) / PER_ROW;
+        col = (live[i] ? e : 0) % PER_ROW;
+      }
+      col = min(col, PER_ROW - 1) * vec;
+      slot[i] = make(first + (R_MAJOR ? col : row));
+      r[i] = R_MAJOR ? row : col;
+      dst[i] = row * LD + col;
+    }
+  }
+};
+
 template <class Cfg, class Op>
 struct Chunks {
+  using Pos = decltype(static_cast<const Op*>(nullptr)->pos(0));
   using ASlot = decltype(static_cast<const Op*>(nullptr)->a_slot(0));
   using BSlot = decltype(static_cast<const Op*>(nullptr)->b_slot(0));
-  static constexpr int A_PER_ROW = (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA;
-  static constexpr int B_PER_ROW = (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB;
-  static constexpr int A_TOTAL = Cfg::A_ROWS * A_PER_ROW, B_TOTAL = Cfg::B_ROWS * B_PER_ROW;
-  static constexpr int NA = (A_TOTAL + Cfg::THREADS - 1) / Cfg::THREADS, NB = (B_TOTAL + Cfg::THREADS - 1) / Cfg::THREADS;
-  ASlot a[NA];
-  BSlot b[NB];
-  int a_dst[NA], a_r[NA], b_dst[NB], b_r[NB];
+  using T = typename Cfg::T;
+  OperandChunks<Cfg, ASlot, Cfg::A_RMAJOR, Cfg::A_LD, Cfg::A_ROWS, (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA> a;
+  OperandChunks<Cfg, BSlot, Cfg::B_RMAJOR, Cfg::B_LD, Cfg::B_ROWS, (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB> b;
+  int row;  // this thread's reduction row in r-major tiles
 
-  __device__ __forceinline__ Chunks(const Op& op, int m0, int n0) {
-#pragma unroll
-    for (int i = 0; i < NA; ++i) {
-      const int e = min((int)threadIdx.x + i * Cfg::THREADS, A_TOTAL - 1);  // spare threads repeat the last chunk
-      const int row = e / A_PER_ROW, col = (e % A_PER_ROW) * Cfg::VA;
-      a[i] = op.a_slot(m0 + (Cfg::A_RMAJOR ? col : row));
-      a_r[i] = Cfg::A_RMAJOR ? row : col;
-      a_dst[i] = row * Cfg::A_LD + col;
-    }
-#pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      const int e = min((int)threadIdx.x + i * Cfg::THREADS, B_TOTAL - 1);
-      const int row = e / B_PER_ROW, col = (e % B_PER_ROW) * Cfg::VB;
-      b[i] = op.b_slot(n0 + (Cfg::B_RMAJOR ? col : row));
-      b_r[i] = Cfg::B_RMAJOR ? row : col;
-      b_dst[i] = row * Cfg::B_LD + col;
-    }
+  __device__ __forceinline__ Chunks(const Op& op, int m0, int n0) : row(threadIdx.x / (Cfg::THREADS / Cfg::BK)) {
+    a.init(m0, Cfg::VA, [&](int m) { return op.a_slot(m); });
+    b.init(n0, Cfg::VB, [&](int n) { return op.b_slot(n); });
   }
 
   // Stage tiles of reduction rows [r0, r0 + BK) into `s`.
-  __device__ __forceinline__ void load(const Op& op, typename Cfg::T* s, int r0, int r_end) const {
-    using T = typename Cfg::T;
+  __device__ __forceinline__ void load(const Op& op, T* s, int r0, int r_end) const {
     T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
-#pragma unroll
-    for (int i = 0; i < NA; ++i) {
-      const int r = r0 + a_r[i];
-      bool ok = r < r_end;
-      const T* src = op.a_chunk(a[i], r, ok);
-      copy<Cfg::VA * (int)sizeof(T)>(s + a_dst[i], src, ok);
+    Pos shared_pos;
+    bool shared_ok = false;
+    if constexpr (Cfg::A_RMAJOR || Cfg::B_RMAJOR) {
+      shared_ok = r0 + row < r_end;
+      shared_pos = op.pos(r0 + row);
     }
 #pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      const int r = r0 + b_r[i];
-      bool ok = r < r_end;
-      const T* src = op.b_chunk(b[i], r, ok);
-      copy<Cfg::VB * (int)sizeof(T)>(sb + b_dst[i], src, ok);
+    for (int i = 0; i < a.N; ++i) {
+      if (!a.live[i]) continue;
+      bool ok;
+      const T* src;
+      if constexpr (Cfg::A_RMAJOR) {
+        ok = shared_ok;
+        src = op.a_chunk(a.slot[i], shared_pos, ok);
+      } else {
+        ok = r0 + a.r[i] < r_end;
+        src = op.a_chunk(a.slot[i], op.pos(r0 + a.r[i]), ok);
+      }
+      copy<Cfg::VA * (int)sizeof(T)>(s + a.dst[i], src, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < b.N; ++i) {
+      if (!b.live[i]) continue;
+      bool ok;
+      const T* src;
+      if constexpr (Cfg::B_RMAJOR) {
+        ok = shared_ok;
+        src = op.b_chunk(b.slot[i], shared_pos, ok);
+      } else {
+        ok = r0 + b.r[i] < r_end;
+        src = op.b_chunk(b.slot[i], op.pos(r0 + b.r[i]), ok);
+      }
+      copy<Cfg::VB * (int)sizeof(T)>(sb + b.dst[i], src, ok);
     }
   }
 };

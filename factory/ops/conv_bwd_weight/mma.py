@@ -15,6 +15,7 @@ from typing import Any
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, Struct
+from ..conv import INT32_LIMIT, geometry_ints, too_large
 from ..conv import layouts as cl
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, fill_score, reduction_length
 
@@ -38,9 +39,12 @@ class MmaParams:
     vector_b: int
     split_k: int
     reduction: Reduction
+    index_bits: int = 32
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
+        if self.index_bits not in (32, 64):
+            raise ValueError(f"index_bits must be 32 or 64, not {self.index_bits}")
         if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
             raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
                              f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
@@ -68,7 +72,7 @@ class MmaParams:
     def suffix(self) -> str:
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
-            f"_v{self.vector_a}x{self.vector_b}_sk{self.split_k}_{self.reduction.value}"
+            f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
         )
 
     def template_values(self) -> dict[str, Any]:
@@ -83,6 +87,7 @@ class MmaParams:
             "vector_a": self.vector_a,
             "vector_b": self.vector_b,
             "reduce_mode": self.reduction.mode,
+            "index_type": "int" if self.index_bits == 32 else "long long",
         }
 
 
@@ -103,6 +108,15 @@ class Mma(BwdWeightFamily):
 
     def needs(self, params: MmaParams) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.MMA_SYNC})
+
+    def why_not(self, params: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        # 64-bit offsets take tensors of 2^31 elements or more, as long as each stride fits the argument
+        # struct's 32-bit fields (any tensor with N > 1 whose samples are under 2^31 elements).
+        if params.index_bits == 32:
+            return too_large(problem) or self.why_not_here(params, problem, target)
+        if any(abs(v) > INT32_LIMIT for v in geometry_ints(problem)):
+            return "a stride or size of 2**31 elements or more does not fit the 32-bit argument struct"
+        return self.why_not_here(params, problem, target)
 
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.G > GRID_Y_LIMIT:
@@ -138,7 +152,8 @@ class Mma(BwdWeightFamily):
         used = (problem.K / (math.ceil(problem.K / p.block_m) * p.block_m)) * (
             n_cols / (math.ceil(n_cols / p.block_n) * p.block_n))
         wide = 0.3 * (p.vector_a == 8) + 0.3 * (p.vector_b == 8)
-        return 2.0 + used + wide + fill_score(blocks, target) - self.reduction_penalty(p)
+        narrow_index = 0.2 * (p.index_bits == 32)
+        return 2.0 + used + wide + narrow_index + fill_score(blocks, target) - self.reduction_penalty(p)
 
 
 def _row_chunks_why_not(p: MmaParams, problem: ConvProblem) -> str | None:

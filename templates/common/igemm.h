@@ -36,22 +36,23 @@ template <> struct Word<16> { using type = Word16; };
 // Copy `BYTES` from global to shared memory, or zeros when !ok: cp.async (completion by commit/wait
 // below) where the target has it and the size allows, else an ordinary load and store.
 template <int BYTES, typename T>
-__device__ __forceinline__ void copy(T* dst, const T* src, bool ok) {
-#if defined(KF_MMA_SYNC)
-  if constexpr (BYTES == 4 || BYTES == 8 || BYTES == 16) {
-    const unsigned d = kf_mma::shared_address(dst);
-    const int n = ok ? BYTES : 0;  // cp.async's src-size: 0 reads nothing and fills zeros
-    if constexpr (BYTES == 16) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n));
-    } else {
-      asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(BYTES), "r"(n));
-    }
-    return;
-  }
-#endif
+__device__ __forceinline__ void copy(kf_mma::Smem<T> dst, const T* src, bool ok) {
   using W = typename Word<BYTES>::type;
+#if defined(KF_MMA_SYNC)
+  const int n = ok ? BYTES : 0;  // cp.async's src-size: 0 reads nothing and fills zeros
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst.addr), "l"(src), "r"(n));
+  } else if constexpr (BYTES == 4 || BYTES == 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst.addr), "l"(src), "n"(BYTES), "r"(n));
+  } else {
+    static_assert(BYTES == 2, "chunks of 2, 4, 8 or 16 bytes");
+    const unsigned short w = ok ? kf_ldg(reinterpret_cast<const unsigned short*>(src)) : (unsigned short)0;
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(dst.addr), "h"(w));
+  }
+#else
   const W w = ok ? kf_ldg(reinterpret_cast<const W*>(src)) : W{};
-  *reinterpret_cast<W*>(dst) = w;
+  *reinterpret_cast<W*>(dst.ptr) = w;
+#endif
 }
 
 __device__ __forceinline__ void commit() {
@@ -140,8 +141,8 @@ struct Chunks {
   }
 
   // Stage tiles of reduction rows [r0, r0 + BK) into `s`.
-  __device__ __forceinline__ void load(const Op& op, T* s, int r0, int r_end) const {
-    T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
+  __device__ __forceinline__ void load(const Op& op, kf_mma::Smem<T> s, int r0, int r_end) const {
+    const kf_mma::Smem<T> sb = s + Cfg::A_ROWS * Cfg::A_LD;
     Pos shared_pos;
     bool shared_ok = false;
     if constexpr (Cfg::A_RMAJOR || Cfg::B_RMAJOR) {
@@ -180,10 +181,8 @@ struct Chunks {
 };
 
 template <class Cfg>
-__device__ __forceinline__ void compute_stage(const typename Cfg::T* s, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
-  using T = typename Cfg::T;
-  const T* sa = s;
-  const T* sb = s + Cfg::A_ROWS * Cfg::A_LD;
+__device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
+  const kf_mma::Smem<typename Cfg::T> sb = sa + Cfg::A_ROWS * Cfg::A_LD;
 #pragma unroll
   for (int k = 0; k < Cfg::BK; k += kf_mma::K) {
     kf_mma::FragA a[Cfg::FM];
@@ -195,14 +194,15 @@ __device__ __forceinline__ void compute_stage(const typename Cfg::T* s, kf_mma::
 #pragma unroll
     for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j) kf_mma::mma<T>(acc[i][j], a[i], b[j]);
+      for (int j = 0; j < Cfg::FN; ++j) kf_mma::mma<typename Cfg::T>(acc[i][j], a[i], b[j]);
   }
 }
 
 // The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop, then op.store for every
 // element of the tile. `smem` holds Cfg::SHARED_BYTES.
 template <class Cfg, class Op>
-__device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem, int m0, int n0, int r_begin, int r_end) {
+__device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int r_begin, int r_end) {
+  const kf_mma::Smem<typename Cfg::T> smem = kf_mma::smem(smem_ptr);
   const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
   const int wm = (warp / Cfg::WARPS_N) * Cfg::WTM, wn = (warp % Cfg::WARPS_N) * Cfg::WTN;
   kf_mma::FragC acc[Cfg::FM][Cfg::FN];

@@ -2,8 +2,9 @@
 // K x N tile of B into an M x N fp32 accumulator tile. Fragments live in registers; the layout of
 // their elements across lanes is each implementation's own, so engines only use:
 //   kf_mma::M, N, K, LANES, C_ELEMS     tile shape, lanes per warp, accumulator elements per lane
-//   load_a<A_RMAJOR>(FragA&, smem, ld, m, k)   A(m..m+M, k..k+K) from a shared tile
-//   load_b<B_RMAJOR>(FragB&, smem, ld, n, k)   B(k..k+K, n..n+N) from a shared tile
+//   Smem<T>, smem(T*)                           a place in shared memory (offset by + elements)
+//   load_a<A_RMAJOR>(FragA&, Smem, ld, m, k)    A(m..m+M, k..k+K) from a shared tile
+//   load_b<B_RMAJOR>(FragB&, Smem, ld, n, k)    B(k..k+K, n..n+N) from a shared tile
 //   mma(FragC&, FragA, FragB)                   C += A * B
 //   c_row / c_col, c_row_of / c_col_of          where accumulator element e of a lane sits in the tile
 // A shared tile is "r-major" when the reduction index is its row (element (m, k) at k * ld + m),
@@ -43,19 +44,27 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return a;
 }
 
+// A place in shared memory: on this path a 32-bit shared-window address, converted from a generic
+// pointer once per kernel, so fragment and copy addresses are plain integer offsets from it.
+template <typename T> struct Smem {
+  unsigned addr;
+  __device__ __forceinline__ Smem operator+(int elements) const { return {addr + (unsigned)(elements * (int)sizeof(T))}; }
+};
+template <typename T> __device__ __forceinline__ Smem<T> smem(T* p) { return {shared_address(p)}; }
+
 // A: four 8x8 matrices (rows 0-7 / 8-15) x (k 0-7 / 8-15) in the order of the a0..a3 registers. A lane
 // gives the address of one stored row: for [m][k] storage a row is an m; for r-major storage it is a k
 // and .trans turns the matrix round.
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_a(FragA& f, const T* s, int ld, int m, int k) {
+__device__ __forceinline__ void load_a(FragA& f, Smem<T> s, int ld, int m, int k) {
   const int lane = threadIdx.x % LANES, q = lane / 8, i = lane % 8;
   const int mm = m + 8 * (q % 2), kk = k + 8 * (q / 2);
   if constexpr (R_MAJOR) {
-    const unsigned a = shared_address(s + (kk + i) * ld + mm);
+    const unsigned a = (s + ((kk + i) * ld + mm)).addr;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0,%1,%2,%3}, [%4];"
                  : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "r"(a));
   } else {
-    const unsigned a = shared_address(s + (mm + i) * ld + kk);
+    const unsigned a = (s + ((mm + i) * ld + kk)).addr;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0,%1,%2,%3}, [%4];"
                  : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "r"(a));
   }
@@ -63,13 +72,13 @@ __device__ __forceinline__ void load_a(FragA& f, const T* s, int ld, int m, int 
 
 // B: two 8x8 matrices, k 0-7 and 8-15 of eight columns (lanes 16-31 repeat the addresses of 0-15).
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_b(FragB& f, const T* s, int ld, int n, int k) {
+__device__ __forceinline__ void load_b(FragB& f, Smem<T> s, int ld, int n, int k) {
   const int lane = threadIdx.x % LANES, q = (lane / 8) % 2, i = lane % 8;
   if constexpr (R_MAJOR) {
-    const unsigned a = shared_address(s + (k + 8 * q + i) * ld + n);
+    const unsigned a = (s + ((k + 8 * q + i) * ld + n)).addr;
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 { %0,%1}, [%2];" : "=r"(f.x[0]), "=r"(f.x[1]) : "r"(a));
   } else {
-    const unsigned a = shared_address(s + (n + i) * ld + k + 8 * q);
+    const unsigned a = (s + ((n + i) * ld + k + 8 * q)).addr;
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 { %0,%1}, [%2];" : "=r"(f.x[0]), "=r"(f.x[1]) : "r"(a));
   }
 }
@@ -90,12 +99,20 @@ template <> __device__ __forceinline__ void mma<bf16_t>(FragC& c, const FragA& a
 
 #else  // portable: the lane layout of mma.sync m16n8k16, in fp32 arithmetic
 
+// A place in shared memory: a pointer here.
+template <typename T> struct Smem {
+  T* ptr;
+  __device__ __forceinline__ Smem operator+(int elements) const { return {ptr + elements}; }
+};
+template <typename T> __device__ __forceinline__ Smem<T> smem(T* p) { return {p}; }
+
 // A lane keeps the two rows of A and the two columns of B its accumulator elements need, whole.
 struct FragA { float v[2][K]; };
 struct FragB { float v[2][K]; };
 
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_a(FragA& f, const T* s, int ld, int m, int k) {
+__device__ __forceinline__ void load_a(FragA& f, Smem<T> sm, int ld, int m, int k) {
+  const T* s = sm.ptr;
   const int lane = threadIdx.x % LANES;
   for (int h = 0; h < 2; ++h) {
     const int mm = m + lane / 4 + 8 * h;
@@ -104,7 +121,8 @@ __device__ __forceinline__ void load_a(FragA& f, const T* s, int ld, int m, int 
 }
 
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_b(FragB& f, const T* s, int ld, int n, int k) {
+__device__ __forceinline__ void load_b(FragB& f, Smem<T> sm, int ld, int n, int k) {
+  const T* s = sm.ptr;
   const int lane = threadIdx.x % LANES;
   for (int h = 0; h < 2; ++h) {
     const int nn = n + 2 * (lane % 4) + h;

@@ -79,6 +79,18 @@ def test_reference_is_alpha_dw_plus_beta_d(dtype):
     assert np.allclose(SOLVER.reference(scaled, values)["grad_weight"], p.alpha * dw)
 
 
+def test_int8_epilogue_wraps_to_int32_as_the_kernels_do():
+    big = 2**24
+    p = parse(SMALL + f",alpha={big},beta=-{big}", L.NHWGC, D.INT8)
+    values = inputs_for(p, seed=6)
+    dw = SOLVER.reference(dataclasses.replace(p, alpha=1.0, beta=0.0), values)["grad_weight"]
+    exact = big * dw - big * values["d"]
+    assert np.abs(exact).max() > 2**31  # the case is an overflowing one
+    got = SOLVER.reference(p, values)["grad_weight"]
+    assert np.array_equal(got, exact.astype(np.int32).astype(np.int64))  # numpy's cast wraps
+    assert got.min() >= -(2**31) and got.max() < 2**31
+
+
 def test_error_scale_counts_both_terms_and_cannot_cancel():
     """|alpha| sum|x dy| + |beta D|: with alpha < 0 the reference on |inputs| would subtract the parts."""
     p = parse(SMALL + ",alpha=-1,beta=1", L.NHWGC, D.FP32)
@@ -267,6 +279,17 @@ def test_emulated_epilogue_matches_reference(case: Case, picked: dict[str, Insta
     inst = picked[case.id]
     verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
     assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+
+
+@emulated
+@pytest.mark.parametrize("case_id", ["dl-direct-scale", "dl-atomic-bilinear", "dw-twostage-scale"])
+def test_emulated_int8_epilogue_overflows_as_the_reference_does(case_id: str, picked: dict[str, Instance]) -> None:
+    """The largest int8 alpha and beta (2**24): int32 results wrap, in the kernels as in the reference."""
+    case = next(c for c in CASES if c.id == case_id)
+    problem = dataclasses.replace(case.problem, dtype=D.INT8, alpha=2.0**24, beta=-(2.0**24))
+    inst = next(i for i in lookup(problem) if i.family == case.family and i.params.reduction is case.reduction)
+    verdict = kernel_emulator.check_instance(inst, problem, seed=11)
+    assert verdict.ok, f"{inst.name} on {problem.key}: {verdict.message}"
 
 
 # --- the checks can fail ---------------------------------------------------------------------------------

@@ -46,16 +46,23 @@ class ConvBwdWeight(ConvOp):
         return [*specs[:at], TensorSpec(D_INPUT, w.shape, w.scalar, Role.INPUT, w.dims), *specs[at:]]
 
     def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """alpha * dW + beta * D in float64 (int64 for int8), physical layout, from physical-layout inputs."""
+        """alpha * dW + beta * D in float64 (int64 for int8), physical layout, from physical-layout inputs.
+
+        int8's epilogue is int32 arithmetic (alpha and beta are integers there, ConvProblem checks), so
+        its result wraps to int32 as the kernels' does: a large alpha or beta overflows alike on both
+        sides instead of failing every candidate's verification.
+        """
         dw = self._dw(problem, inputs)
         if not problem.has_epilogue:
             return {OUTPUT: dw}
-        integer = problem.dtype is DType.INT8  # alpha and beta are integers there (ConvProblem checks)
+        integer = problem.dtype is DType.INT8
         alpha = int(problem.alpha) if integer else problem.alpha
         beta = int(problem.beta) if integer else problem.beta
         out = alpha * dw
         if problem.has_d:
             out = out + beta * inputs[D_INPUT].astype(dw.dtype)
+        if integer:
+            out = (out + 2**31) % 2**32 - 2**31  # two's-complement int32, kept in int64
         return {OUTPUT: out}
 
     def error_scale(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -179,6 +180,14 @@ _LAYOUT_ALIASES = _layout_aliases()
 _CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.DWSEP_CONV_FWD)
 
 
+# The ops whose kernels take an output epilogue (alpha, beta); the others take the defaults only.
+_EPILOGUE_OPS = (Op.CONV_BWD_WEIGHT,)
+# alpha and beta reach the kernels as fp32: a finite double beyond this becomes infinite there.
+FLOAT32_MAX = 3.4028234663852886e38
+# int8 problems scale in exact int32 arithmetic; alpha and beta travel as fp32, exact up to 2**24.
+INT_EPILOGUE_MAX = 2**24
+
+
 def _out_size(size: int, filt: int, stride: int, pad_left: int, pad_right: int, dilation: int) -> int:
     return (size + pad_left + pad_right - dilation * (filt - 1) - 1) // stride + 1
 
@@ -191,6 +200,12 @@ class ConvProblem:
     one entry per spatial dim. `pad` is the padding before the first element of each dim and `pad_right`
     the padding after the last (TensorFlow's "SAME" padding puts the odd one there); `pad_right` left as
     None means the same as `pad`, and is stored so.
+
+    `alpha` and `beta` are the output epilogue (conv_bwd_weight only): the op writes
+    alpha * computed + beta * D, where D is an extra input shaped like the written tensor (present only
+    when beta != 0). The defaults (1, 0) are the plain op. They are stored as floats (-0.0 as 0.0);
+    they must be finite and fit fp32, and for int8 problems (exact int32 arithmetic) be integers of
+    magnitude at most 2**24.
     """
 
     N: int
@@ -206,6 +221,8 @@ class ConvProblem:
     dtype: DType = DType.FP16
     op: Op = field(default=Op.CONV_BWD_WEIGHT)
     pad_right: tuple[int, ...] | None = None
+    alpha: float = 1.0
+    beta: float = 0.0
 
     def __post_init__(self) -> None:
         if self.pad_right is None:
@@ -242,6 +259,40 @@ class ConvProblem:
             raise InvalidProblem("layout", f"must be a Layout, got {self.layout!r}")
         if not isinstance(self.dtype, DType):
             raise InvalidProblem("dtype", f"must be a DType, got {self.dtype!r}")
+        self._check_epilogue()
+
+    def _check_epilogue(self) -> None:
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise InvalidProblem(name, f"must be a real number, got {value!r}")
+            try:
+                value = float(value)
+            except OverflowError:  # an int past double range
+                value = math.inf
+            if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+                raise InvalidProblem(name, f"must be finite and within fp32 range, got {value!r}")
+            object.__setattr__(self, name, value + 0.0)  # a float; -0.0 becomes 0.0 (one key per value)
+        if self.has_epilogue and self.op not in _EPILOGUE_OPS:
+            name = "alpha" if self.alpha != 1.0 else "beta"
+            raise InvalidProblem(name, f"{self.op.value} takes no alpha/beta epilogue (only "
+                                 f"{', '.join(o.value for o in _EPILOGUE_OPS)} does)")
+        if self.dtype is DType.INT8:
+            for name in ("alpha", "beta"):
+                value = getattr(self, name)
+                if not value.is_integer() or abs(value) > INT_EPILOGUE_MAX:
+                    raise InvalidProblem(name, f"int8 problems scale in exact integer arithmetic: needs an integer "
+                                         f"of magnitude at most {INT_EPILOGUE_MAX}, got {value!r}")
+
+    @property
+    def has_epilogue(self) -> bool:
+        """Whether the output is not the plain result (alpha != 1 or beta != 0)."""
+        return self.alpha != 1.0 or self.beta != 0.0
+
+    @property
+    def has_d(self) -> bool:
+        """Whether the op reads the epilogue's D tensor (beta != 0)."""
+        return self.beta != 0.0
 
     @property
     def ndim(self) -> int:
@@ -293,12 +344,13 @@ class ConvProblem:
 
     @property
     def min_bytes(self) -> int:
-        """Each input read once, the weight-gradient written once."""
+        """Each input read once (the epilogue's D included), the weight-gradient written once."""
         t = self.dtype.tensor.nbytes
+        weight = math.prod(self.weight_shape_logical) * self.dtype.weight.nbytes
         return (
             math.prod(self.input_shape_logical) * t
             + math.prod(self.output_shape_logical) * t
-            + math.prod(self.weight_shape_logical) * self.dtype.weight.nbytes
+            + weight * (2 if self.has_d else 1)
         )
 
     @property
@@ -309,10 +361,13 @@ class ConvProblem:
 
         pads = (f"pad={dims(self.pad)}" if self.symmetric
                 else f"pad_left={dims(self.pad)},pad_right={dims(self.pad_right)}")
+        # The epilogue is spelled only when it is not the default, so plain problems keep their keys.
+        epilogue = (f",alpha={spell_real(self.alpha)}" if self.alpha != 1.0 else "") + (
+            f",beta={spell_real(self.beta)}" if self.beta != 0.0 else "")
         return (
             f"{self.op.value}:{self.layout.value}:{self.dtype.value}:{self.ndim}d:"
             f"N={self.N},G={self.G},C={self.C},K={self.K},input={dims(self.input)},filter={dims(self.filter)},"
-            f"stride={dims(self.stride)},{pads},dilation={dims(self.dilation)}"
+            f"stride={dims(self.stride)},{pads},dilation={dims(self.dilation)}{epilogue}"
         )
 
     def spec(self) -> str:
@@ -320,7 +375,8 @@ class ConvProblem:
         return self.key.split(":", 4)[4]
 
 
-_CONV_FIELDS = ("N", "G", "C", "K", "input", "filter", "stride", "pad", "pad_left", "pad_right", "dilation")
+_CONV_FIELDS = ("N", "G", "C", "K", "input", "filter", "stride", "pad", "pad_left", "pad_right", "dilation",
+                "alpha", "beta")
 
 
 def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV_BWD_WEIGHT) -> ConvProblem:
@@ -328,7 +384,7 @@ def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV
 
     stride/pad/dilation may be one number for all dims; they default to 1/0/1. `pad` pads both sides;
     `pad_left=`/`pad_right=` (one number or one per dim, each defaulting to 0) pad each side on its own
-    and exclude `pad`.
+    and exclude `pad`. `alpha=`/`beta=` (decimal numbers, default 1 / 0) set the output epilogue.
     """
     values = parse_fields(spec, _CONV_FIELDS, required=("N", "G", "C", "K", "input", "filter"))
     scalars = {name: parse_int(values[name], name) for name in ("N", "G", "C", "K")}
@@ -356,6 +412,8 @@ def parse_conv_problem(spec: str, layout: Layout, dtype: DType, op: Op = Op.CONV
         layout=layout,
         dtype=dtype,
         op=op,
+        alpha=parse_real(values["alpha"], "alpha") if "alpha" in values else 1.0,
+        beta=parse_real(values["beta"], "beta") if "beta" in values else 0.0,
     )
 
 
@@ -405,6 +463,26 @@ def parse_int(text: str, name: str) -> int:
     if value is None:
         raise ProblemSyntaxError(f"bad token {name}={text!r} in problem: {text!r} is not an integer")
     return value
+
+
+# Plain ASCII decimal numbers (an optional fraction and exponent): float() alone would also take 'nan',
+# 'inf', '1_0' or full-width digits, which no problem string means.
+_REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_real(text: str, name: str) -> float:
+    """A decimal number; non-finite values (1e999) are left for the problem to refuse by name."""
+    text = text.strip()
+    if not _REAL.fullmatch(text):
+        raise ProblemSyntaxError(f"bad token {name}={text!r} in problem: {text!r} is not a decimal number")
+    return float(text)
+
+
+def spell_real(value: float) -> str:
+    """The shortest text that parse_real reads back as exactly `value`: '2', '0.5', '1e-05'."""
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
 
 
 def parse_dims(text: str, name: str) -> tuple[int, ...]:

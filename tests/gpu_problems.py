@@ -1,5 +1,6 @@
 """Problems the GPU tests run every applicable instance on: all layouts, dtypes and ranks, with odd
-sizes (C=3, H=17, stride 2, dilation 2, pad 0, N=1), asymmetric padding, depthwise and grouped cases."""
+sizes (C=3, H=17, stride 2, dilation 2, pad 0, N=1), asymmetric padding, depthwise and grouped cases,
+and output epilogues (alpha, beta: Scale and Bilinear with a D input)."""
 
 from factory.problem import DType, Layout, parse_conv_problem
 
@@ -51,6 +52,12 @@ CASES = [
     (Layout.NHWGC, DType.FP16, "N=2,G=1,C=256,K=128,input=14x14,filter=1x1"),
     (Layout.NGCHW, DType.FP16, "N=1,G=1,C=20,K=12,input=130,filter=7,pad=3"),
     (Layout.NHWGC, DType.BF16, "N=1,G=4,C=16,K=16,input=9x9x9,filter=3x3x3,stride=2,pad=1"),
+    # Output epilogues: Bilinear on a grouped fp16 problem; Bilinear on depthwise fp32 weights (atomic
+    # split-K then goes through a workspace and the finishing kernel); int8 in exact integers.
+    (Layout.NHWGC, DType.FP16, "N=2,G=4,C=3,K=5,input=17x17,filter=3x3,stride=2,pad=1,alpha=0.5,beta=-1"),
+    (Layout.NHWGC, DType.BF16_FP32W, "N=4,G=64,C=1,K=1,input=20x20,filter=3x3,pad=1,alpha=0.25,beta=1"),
+    (Layout.GNHWC, DType.INT8, "N=2,G=8,C=4,K=4,input=12x12,filter=3x3,pad=1,alpha=-3,beta=2"),
+    (Layout.NHWGC, DType.BF16, "N=4,G=1,C=32,K=16,input=12x12,filter=3x3,pad=1,alpha=2,beta=0.5"),
 ]
 
 

@@ -9,6 +9,9 @@ tested with the real description.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -348,6 +351,56 @@ def test_bf16_fp32w_wants_a_float32_weight_gradient(backend, host_tensors_as_dev
     assert not backend.touched_device
     k.run(**{**tensors, "grad_weight": framework(p, "grad_weight", torch.float32)})
     assert backend.launches
+
+
+# --- the output epilogue: D is one more tensor, passed by name -----------------------------------
+def _bound(backend: FakeBackend, kernel: Kernel) -> list[dict[str, Any]]:
+    """Per launch, what each argument (by buffer name or struct field) was bound to."""
+    launches = [s for s in kernel.plan.steps if isinstance(s, Launch)]
+    out = []
+    for (entry, values, _), step in zip(backend.launches, launches, strict=True):
+        assert entry == step.entry
+        out.append({getattr(arg, "name", None) or f"#{i}": value
+                    for i, (value, arg) in enumerate(zip(values, abi.flatten_args(step.args), strict=True))})
+    return out
+
+
+def test_a_bilinear_kernel_takes_d_by_name(backend, host_tensors_as_device):
+    p = dataclasses.replace(problem(), alpha=0.5, beta=-2.0)
+    k = select(p, mode="heuristic", backend=backend)
+    assert k.tensor_names == ["input", "grad_output", "d", "grad_weight"]
+    tensors = torch_tensors(p)
+    with pytest.raises(TensorMismatch, match=r"missing \['d'\]"):
+        k.run(**tensors)
+    with pytest.raises(TensorMismatch, match="^d: dtype float32, expected float16$"):
+        k.run(**tensors, d=framework(p, "grad_weight", torch.float32))
+    with pytest.raises(TensorMismatch, match="^d: shape"):
+        k.run(**tensors, d=framework(p, "grad_weight", channels_last=False))
+    assert not backend.touched_device
+    d = framework(p, "grad_weight")  # PyTorch's weight shape and layout, as grad_weight takes
+    k.run(**tensors, d=d)
+    bound = _bound(backend, k)
+    assert all(b["d"] == d.data_ptr() for b in bound)  # every kernel that may apply the epilogue
+    assert {b.get("grad_weight") for b in bound} >= {tensors["grad_weight"].data_ptr()}
+    flat = [v for _, values, _ in backend.launches for v in values]
+    assert 0.5 in flat and -2.0 in flat  # alpha and beta reach the kernels
+    # D may be grad_weight itself: grad_weight = 0.5 * dW - 2 * grad_weight.
+    backend.launches.clear()
+    k.run(input=tensors["input"], grad_output=tensors["grad_output"], d=tensors["grad_weight"],
+          grad_weight=tensors["grad_weight"])
+    assert all(b["d"] == tensors["grad_weight"].data_ptr() for b in _bound(backend, k))
+    k.run(**{name: physical(k, name) for name in k.tensor_names})
+
+
+def test_a_scale_kernel_takes_no_d(backend, host_tensors_as_device):
+    p = dataclasses.replace(problem(), alpha=3.0)
+    k = select(p, mode="heuristic", backend=backend)
+    assert k.tensor_names == ["input", "grad_output", "grad_weight"]
+    tensors = torch_tensors(p)
+    with pytest.raises(TensorMismatch, match=r"unexpected \['d'\]"):
+        k.run(**tensors, d=framework(p, "grad_weight"))
+    k.run(**tensors)
+    assert 3.0 in [v for _, values, _ in backend.launches for v in values]
 
 
 # --- Kernel.run_pointers -------------------------------------------------------------------------

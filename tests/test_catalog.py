@@ -210,6 +210,11 @@ CASES = [
          DEPTHWISE),
     # One output position: most split-K points have nothing to split.
     Case("depthwise-2d-1x1", Layout.NHWGC, DType.BF16, "N=1,G=40,C=1,K=1,input=1x1,filter=1x1", DEPTHWISE),
+    # Output epilogues: Bilinear (a D input) on an fp32 output, Scale on int8; every family still applies.
+    Case("depthwise-2d-bilinear", Layout.NHWGC, DType.FP32,
+         "N=4,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1,alpha=0.5,beta=2", frozenset({"dl", "dw", "dwt", "dwr"})),
+    Case("grouped-2d-int8-scale", Layout.NGCHW, DType.INT8, "N=2,G=8,C=2,K=2,input=15x15,filter=3x3,pad=1,alpha=-3",
+         frozenset({"dl", "dw"})),
 ]
 CASE_IDS = [c.id for c in CASES]
 
@@ -547,7 +552,7 @@ def test_groupnorm_launch_plans_match_the_kernels(spec: str, layout: Layout) -> 
 
 def abi_builders() -> dict[str, Struct]:
     """One struct of each kind args.h declares, from the one place in Python that fills it."""
-    from factory.ops.conv import kernel_args
+    from factory.ops.conv import epilogue_args, kernel_args
     from factory.ops.conv_bwd_weight.common import TENSORS, splitk_args
     from factory.ops.groupnorm_bwd import StreamParams, geometry
     from factory.ops.groupnorm_bwd.common import gn_args
@@ -555,7 +560,8 @@ def abi_builders() -> dict[str, Struct]:
 
     conv = parse_conv_problem("N=2,G=2,C=3,K=4,input=9x7,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
     gn = solver_for(Op.GROUPNORM_BWD).parse_problem("N=2,C=8,G=4,input=6x6", Layout.NGCHW, DType.FP16)
-    built = [kernel_args(TENSORS, conv), splitk_args("workspace", "grad_weight", 10, 2, 10), gn_args(gn),
+    built = [kernel_args(TENSORS, conv), epilogue_args(conv, "d", "grad_weight"),
+             splitk_args("workspace", "grad_weight", 10, 2, 10), gn_args(gn),
              tiles_args(geometry(StreamParams(256, 4, 2, 1), gn))]
     return {b.ctype: b for b in built}
 

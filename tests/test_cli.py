@@ -264,6 +264,59 @@ def test_malformed_problem_names_the_bad_token(capsys, spec, token):
     assert line.startswith("kfactory: error: bad token") and token in line
 
 
+# --- the output epilogue in the problem spelling ----------------------------------------------------
+EPILOGUE_SPEC = SPEC + ",beta=2,alpha=0.5"
+
+
+def test_list_problem_with_an_epilogue_keys_it_and_finds_every_family(capsys):
+    problem = parse_conv_problem(EPILOGUE_SPEC, Layout.NHWGC, DType.FP16)
+    code, out, _ = run(capsys, "list", *CELL, "--problem", EPILOGUE_SPEC, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["problem"] == problem.key and problem.key.endswith(",alpha=0.5,beta=2")
+    applicable = [r["name"] for r in data["applicable"]]
+    assert applicable == [i.name for i in lookup(problem)] == [i.name for i in lookup(PROBLEM)]
+
+
+def test_query_with_an_epilogue_keeps_it_apart_and_advises_its_spelling(capsys, tmp_path, gpu):
+    db = tmp_path / "x.sqlite"
+    record_tuning(db)  # the plain problem's winner: not the scaled problem's
+    gpu(DEVICE)
+    code, out, _ = run(capsys, "query", *CELL, "--problem", EPILOGUE_SPEC, "--db", str(db), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["tuned"] is False and data["problem"].endswith(",alpha=0.5,beta=2")
+    assert ',alpha=0.5,beta=2"' in data["instead"]["advice"]
+
+
+def test_generate_for_a_problem_with_an_epilogue(capsys, tmp_path):
+    code, _, err = run(capsys, "generate", "--op", "conv_bwd_weight", *CELL, "--problem", EPILOGUE_SPEC,
+                       "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert {e["name"] for e in manifest["instances"]} == {i.name for i in lookup(PROBLEM)}
+
+
+@pytest.mark.parametrize("command", ["list", "query", "tune"])
+@pytest.mark.parametrize("spec, cell, says", [
+    (SPEC + ",alpha=nan", CELL, "bad token alpha='nan' in problem: 'nan' is not a decimal number"),
+    (SPEC + ",beta=1e999", CELL, "invalid beta: must be finite and within fp32 range"),
+    (SPEC + ",alpha=2,alpha=3", CELL, "given twice"),
+    (SPEC + ",alpha=0.5", ["--layout", "NHWGC", "--dtype", "int8"], "invalid alpha: int8 problems scale in exact integer"),
+])
+def test_bad_epilogue_values_are_one_line(capsys, tmp_path, no_gpu, command, spec, cell, says):
+    code, out, err = run(capsys, command, *cell, "--problem", spec)
+    assert code == 2 and out == ""
+    assert says in one_error_line(err)
+
+
+def test_an_op_without_an_epilogue_refuses_alpha_and_beta(capsys):
+    code, _, err = run(capsys, "list", "--op", "groupnorm_bwd", "--layout", "NGCHW", "--dtype", "fp16",
+                       "--problem", "N=2,C=64,G=32,input=7x9,beta=1")
+    assert code == 2
+    assert "unknown field 'beta'" in one_error_line(err)
+
+
 def _unregistered_op() -> Op:
     for op in (Op.GROUPNORM_BWD, Op.CONV_BWD_DATA, *Op):
         if op not in SOLVERS:

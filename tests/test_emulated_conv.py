@@ -171,10 +171,10 @@ def _fewer_finalize_splits(plan: Any) -> Any:
     """The second stage sums one split fewer than the main kernel wrote."""
     def change(step: Any) -> Any:
         if isinstance(step, Launch) and step.entry == "kf_finalize":
-            (split_args,) = step.args  # kf_splitk_args
+            split_args, _epilogue = step.args  # kf_splitk_args, kf_epilogue
             splits = split_args["splits"].value
             assert splits > 1
-            return dataclasses.replace(step, args=(split_args.replace(splits=I32(splits - 1)),))
+            return dataclasses.replace(step, args=(split_args.replace(splits=I32(splits - 1)), _epilogue))
         return step
     return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
 

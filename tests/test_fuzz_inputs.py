@@ -121,6 +121,9 @@ def baseline(draw: st.DrawFn, names: tuple[str, ...], ndim: int) -> dict[str, st
             values[name] = dims(1, 3, draw(st.sampled_from([1, ndim])))
         elif name == "affine":
             values[name] = draw(st.sampled_from(["0", "1"]))
+        elif name in ("alpha", "beta"):  # the conv epilogue: optional decimal numbers
+            if draw(st.booleans()):
+                values[name] = draw(st.sampled_from(["0", "1", "-2", "0.5", "1e-3", "+.25", "3E1", "-0"]))
         else:  # stride, pad, dilation: optional, one entry for every dim or one per dim
             if draw(st.booleans()):
                 values[name] = dims(0 if name == "pad" else 1, 2, draw(st.sampled_from([1, ndim])))
@@ -376,6 +379,8 @@ def wrong_values(cls: type, name: str) -> list[Any]:
         return [1, 0, "yes", None]
     if name == "op":
         return ["conv_bwd_weight", None, Op.CONV_BWD_DATA if cls is GroupNormProblem else Op.GROUPNORM_BWD]
+    if name in ("alpha", "beta"):  # any finite real number is valid there
+        return ["5", None, True, (1.0,), float("nan"), float("inf")]
     if name == "pad_right":  # None is valid there: the same as pad
         return [5, [5], "5", (5.0,), (True,), ("5",)]
     return [5, [5], "5", None, (5.0,), (True,), ("5",)]  # spatial tuples

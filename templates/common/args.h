@@ -32,6 +32,15 @@ __device__ __forceinline__ long long kf_wei_offset(const kf_conv_args& a, int g,
          (long long)y * a.wei_y + (long long)x * a.wei_x;
 }
 
+// The output epilogue (factory/ops/conv/__init__.py: epilogue_args): the written value of element idx is
+// alpha * computed + beta * d[idx], d holding the written tensor's shape, layout and storage type. d is
+// read only when beta != 0 (otherwise it points at another buffer of the plan); integer outputs scale
+// by (int)alpha and (int)beta, which are integers there. Applied by kf_epilogue_apply (common/splitk.h).
+struct kf_epilogue {
+  const void* d;
+  float alpha, beta;
+};
+
 // The split-K finishing kernel (factory/ops/conv_bwd_weight/common.py: splitk_args): `splits` partial
 // accumulators of `total` elements, `split_stride` apart in `ws`, summed into `dst`.
 struct kf_splitk_args {

@@ -49,6 +49,7 @@ template <> __device__ __forceinline__ float kf_load_acc<float, float>(float x) 
 template <> __device__ __forceinline__ float kf_load_acc<float, f16_t>(f16_t x) { return kf_to_float(x); }
 template <> __device__ __forceinline__ float kf_load_acc<float, bf16_t>(bf16_t x) { return kf_to_float(x); }
 template <> __device__ __forceinline__ int kf_load_acc<int, int8_t>(int8_t x) { return (int)x; }
+template <> __device__ __forceinline__ int kf_load_acc<int, int>(int x) { return x; }
 
 template <typename T, typename ACC> __device__ __forceinline__ T kf_store_acc(ACC x);
 template <> __device__ __forceinline__ float kf_store_acc<float, float>(float x) { return x; }

@@ -13,7 +13,7 @@ import enum
 from typing import Any, Mapping, Sequence
 
 from ...problem import ConvProblem, DType, Layout, Scalar, parse_conv_problem
-from ..base import I32, Buf, OpModule, Role, Struct, TensorSpec
+from ..base import F32, I32, Buf, OpModule, Role, Struct, TensorSpec
 from . import layouts as cl
 
 INT32_LIMIT = 2**31 - 1
@@ -37,11 +37,18 @@ class ConvOp(OpModule[ConvProblem]):
     """The conv part of an op module; a subclass says what its tensors are called and which is written.
 
     `tensor_names` maps each of the op's tensor names to the convolution tensor it is, in kernel
-    argument order; `output_name` is the one the op writes.
+    argument order; `output_name` is the one the op writes. `extra_tensors` names tensors outside the
+    convolution that are laid out like one of its tensors (an epilogue's D, shaped like the written
+    one): they share its shapes, strides and PyTorch views, and a subclass says when they exist.
     """
 
     tensor_names: Mapping[str, ConvTensor]
     output_name: str
+    extra_tensors: Mapping[str, ConvTensor] = {}
+
+    def conv_tensor(self, name: str) -> ConvTensor | None:
+        """Which convolution tensor `name` is, or is laid out like; None for a name the op lacks."""
+        return self.tensor_names.get(name) or self.extra_tensors.get(name)
 
     def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> ConvProblem:
         return parse_conv_problem(spec, layout, dtype, self.op)
@@ -66,7 +73,7 @@ class ConvOp(OpModule[ConvProblem]):
 
         None when the layout has no such view (groups and channels not adjacent, as in GNHWC).
         """
-        which = self.tensor_names.get(name)
+        which = self.conv_tensor(name)
         if which is None:
             return None
         t = physical(problem, which)
@@ -93,7 +100,7 @@ class ConvOp(OpModule[ConvProblem]):
 
     def as_framework(self, physical_tensor: Any, problem: ConvProblem, torch_problem: ConvProblem, name: str) -> Any:
         """Our physical torch tensor, re-laid in torch_problem's layout, viewed in PyTorch's conv shape."""
-        which = self.tensor_names[name]
+        which = self.conv_tensor(name)
         ours, theirs = physical(problem, which), physical(torch_problem, which)
         if torch_problem is problem:
             moved = physical_tensor
@@ -105,7 +112,7 @@ class ConvOp(OpModule[ConvProblem]):
 
     def from_framework(self, result: Any, problem: ConvProblem, name: str) -> Any:
         """A PyTorch result in conv shape, as a contiguous tensor in our physical layout."""
-        which = self.tensor_names[name]
+        which = self.conv_tensor(name)
         t = physical(problem, which)
         if which is ConvTensor.WEIGHT:
             logical = result.reshape(problem.G, problem.K, problem.C, *problem.filter)
@@ -150,6 +157,20 @@ def kernel_args(tensor_names: Mapping[str, ConvTensor], problem: ConvProblem,
     return Struct(CONV_ARGS, pointers + tuple((f, I32(v)) for f, v in zip(GEOMETRY_FIELDS, ints, strict=True)))
 
 
+# The output epilogue's argument struct (templates/common/args.h, kf_epilogue).
+EPILOGUE_ARGS = "kf_epilogue"
+
+
+def epilogue_args(problem: ConvProblem, d: str, unread: str) -> Struct:
+    """The output epilogue a conv kernel applies to what it writes: alpha * computed + beta * D.
+
+    `d` names D's buffer; when beta is 0 D does not exist and the pointer is `unread`'s (a buffer the
+    plan has anyway), which the kernel never reads. alpha and beta travel as fp32.
+    """
+    return Struct(EPILOGUE_ARGS, (("d", Buf(d if problem.has_d else unread)),
+                                  ("alpha", F32(problem.alpha)), ("beta", F32(problem.beta))))
+
+
 def explicit_padding(x: Any, problem: ConvProblem) -> tuple[Any, list[int]]:
     """PyTorch's convolutions pad both sides alike: for an asymmetric problem, pad the (N, C, *S) input
     by the difference first and let the convolution pad the common part. Returns (input, padding)."""
@@ -191,4 +212,4 @@ def too_large(problem: ConvProblem) -> str | None:
     return None
 
 
-__all__: Sequence[str] = ("CONV_ARGS", "ConvOp", "ConvTensor", "GEOMETRY_FIELDS", "POINTER_FIELDS", "cl", "cpp_type", "geometry_ints", "kernel_args", "physical", "too_large")
+__all__: Sequence[str] = ("CONV_ARGS", "EPILOGUE_ARGS", "ConvOp", "ConvTensor", "GEOMETRY_FIELDS", "POINTER_FIELDS", "cl", "cpp_type", "epilogue_args", "geometry_ints", "kernel_args", "physical", "too_large")

@@ -1,7 +1,9 @@
 """Grouped N-D convolution backward-weight: dW[g] = dOut[g]^T * im2col(In[g]).
 
 The op: its tensors (input, grad_output -> grad_weight), numpy reference, tolerances and cuDNN
-baseline; the kernels are its families, one module each:
+baseline. The output epilogue (ConvProblem.alpha, .beta) writes alpha * dW + beta * D, where D is the
+input `d` shaped, laid out and typed like grad_weight, present only when beta != 0 (Scale when only
+alpha is set, Bilinear with beta). The kernels are its families, one module each:
 - `dl`: portable implicit GEMM on plain FMA; every layout, dtype and rank; split-K.
 - `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane.
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
@@ -16,9 +18,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...problem import ConvProblem, DType, Op, UnsupportedProblem
-from ..base import TorchBaseline, Tolerance
-from ..conv import ConvOp, explicit_padding, physical
-from .common import OUTPUT, TENSORS, Reduction
+from ..base import Role, TensorSpec, TorchBaseline, Tolerance
+from ..conv import ConvOp, ConvTensor, explicit_padding, physical
+from .common import D_INPUT, OUTPUT, TENSORS, Reduction
 from .dl import Dl, DlParams
 from .dw import Dw, DwParams
 from .dwr import Dwr, DwrParams
@@ -34,14 +36,54 @@ class ConvBwdWeight(ConvOp):
     family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma())
     tensor_names = TENSORS
     output_name = OUTPUT
+    extra_tensors = {D_INPUT: ConvTensor.WEIGHT}
+
+    def tensors(self, problem: ConvProblem) -> list[TensorSpec]:
+        """input, grad_output, then (beta != 0) the epilogue's `d`, then grad_weight."""
+        specs = super().tensors(problem)
+        if not problem.has_d:
+            return specs
+        at = next(i for i, s in enumerate(specs) if s.name == OUTPUT)
+        w = specs[at]
+        return [*specs[:at], TensorSpec(D_INPUT, w.shape, w.scalar, Role.INPUT, w.dims), *specs[at:]]
 
     def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """dW in float64 (int64 for int8), physical layout, from physical-layout inputs."""
+        """alpha * dW + beta * D in float64 (int64 for int8), physical layout, from physical-layout inputs.
+
+        int8's epilogue is int32 arithmetic (alpha and beta are integers there, ConvProblem checks), so
+        its result wraps to int32 as the kernels' does: a large alpha or beta overflows alike on both
+        sides instead of failing every candidate's verification.
+        """
+        dw = self._dw(problem, inputs)
+        if not problem.has_epilogue:
+            return {OUTPUT: dw}
+        integer = problem.dtype is DType.INT8
+        alpha = int(problem.alpha) if integer else problem.alpha
+        beta = int(problem.beta) if integer else problem.beta
+        out = alpha * dw
+        if problem.has_d:
+            out = out + beta * inputs[D_INPUT].astype(dw.dtype)
+        if integer:
+            out = (out + 2**31) % 2**32 - 2**31  # two's-complement int32, kept in int64
+        return {OUTPUT: out}
+
+    def error_scale(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """|alpha| * sum |x * dy| + |beta * D|: the magnitude of every term of each output element.
+
+        (The reference run on |inputs| would let a negative alpha or beta cancel the two parts.)
+        """
+        terms = np.abs(problem.alpha) * self._dw(problem, {k: np.abs(v) for k, v in inputs.items()})
+        if problem.has_d:
+            terms = terms + np.abs(problem.beta * inputs[D_INPUT].astype(np.float64))
+        return {OUTPUT: terms}
+
+    def _dw(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The plain weight gradient in float64 (int64 for int8), physical layout."""
         x = physical(problem, TENSORS["input"]).to_logical(inputs["input"])
         dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"])
         acc = np.int64 if problem.dtype is DType.INT8 else np.float64
         dw = reference_logical(problem, x.astype(acc), dy.astype(acc))
-        return {OUTPUT: physical(problem, TENSORS[OUTPUT]).from_logical(dw)}
+        return physical(problem, TENSORS[OUTPUT]).from_logical(dw)
 
     def tolerance(self, dtype: DType) -> Tolerance:
         # rtol bounds |out - ref| relative to sum |x*dy| (the dot products' own scale) plus output rounding.
@@ -58,6 +100,8 @@ class ConvBwdWeight(ConvOp):
 
         Layouts PyTorch has run on views of our own buffers (NHWGC as channels_last, NGCHW contiguous);
         one it lacks (GNHWC) runs on an NHWGC copy, and the note says so. The caller sets cudnn flags.
+        An epilogue runs as PyTorch users write it, after the convolution and in its output type:
+        dW.mul_(alpha), then torch.add(dW, D, alpha=beta).
         """
         import torch
 
@@ -73,11 +117,19 @@ class ConvBwdWeight(ConvOp):
                         device=inputs["input"].device).as_strided(*self.framework_view(theirs, OUTPUT))
         last: dict[str, Any] = {}
 
+        d = self.as_framework(inputs[D_INPUT], problem, theirs, D_INPUT) if problem.has_d else None
+        alpha, beta = problem.alpha, problem.beta
+
         def run() -> None:
-            last["dw"] = torch.ops.aten.convolution_backward(
+            dw = torch.ops.aten.convolution_backward(
                 dy, x, w, None, list(problem.stride), padding, list(problem.dilation),
                 False, [0] * problem.ndim, problem.G, [False, True, False],
             )[1]
+            if alpha != 1.0:
+                dw = dw.mul_(alpha)
+            if d is not None:
+                dw = torch.add(dw, d, alpha=beta)
+            last["dw"] = dw
 
         def outputs() -> dict[str, Any]:
             return {OUTPUT: self.from_framework(last["dw"], problem, OUTPUT)}

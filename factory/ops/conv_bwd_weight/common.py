@@ -1,9 +1,11 @@
 """What the backward-weight families share: split-K reductions, block-shape checks, the plan around a
-main kernel (zeroing, workspace, the finishing kernel) and the values every template sees.
+main kernel (zeroing, workspace, the finishing kernel, the output epilogue) and the values every
+template sees.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from abc import abstractmethod
@@ -12,7 +14,7 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, Scalar
 from ..base import I32, Buf, Family, Launch, LaunchPlan, Memset, Struct
-from ..conv import ConvTensor, cpp_type, kernel_args, too_large
+from ..conv import ConvTensor, cpp_type, epilogue_args, kernel_args, too_large
 from ..conv import layouts as cl
 
 GRID_Y_LIMIT = 65535
@@ -22,6 +24,7 @@ UP_TO_2D = frozenset(cell for cell in ALL_CELLS if cell[2] in (1, 2))
 # The op's tensors in kernel-argument order, and the one it writes.
 TENSORS = {"input": ConvTensor.ACTIVATION_IN, "grad_output": ConvTensor.ACTIVATION_OUT, "grad_weight": ConvTensor.WEIGHT}
 OUTPUT = "grad_weight"
+D_INPUT = "d"  # the epilogue's D (beta != 0): grad_weight's shape, layout and storage type
 
 
 SPLITK_ARGS = "kf_splitk_args"  # templates/common/args.h
@@ -38,7 +41,8 @@ class Reduction(enum.Enum):
     """How split-K partial sums meet."""
 
     DIRECT = "direct"  # no split: each block stores its final result
-    ATOMIC = "atomic"  # atomics into an accumulator buffer (the output itself when it is fp32/int32)
+    ATOMIC = "atomic"  # atomics into an accumulator buffer (the output itself when it is fp32/int32 and the
+    #                    epilogue is the identity)
     TWOSTAGE = "twostage"  # each split writes its partial to a workspace; a second kernel sums and converts
 
     @property
@@ -102,35 +106,59 @@ class BwdWeightFamily(Family[Any, ConvProblem]):
     @abstractmethod
     def main_launch(self, params: Any, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         """The family's kernel, given the conv argument struct (written tensor redirected as needed); the
-        family's own arguments follow it as plain parameters, split_stride (wei_numel) among them."""
+        family's own arguments follow it as plain parameters, split_stride (wei_numel) among them.
+
+        Return the Launch with `args` first; launch_plan then inserts the output epilogue struct
+        (kf_epilogue) right after it, so every main kernel of this op is declared
+        `kf_main(const kf_conv_args a, const kf_epilogue ep, <the family's own parameters>)` and hands
+        `ep` to kf_splitk_store (templates/common/splitk.h), which applies it when REDUCE is 0."""
 
     def launch_plan(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        """Memset (atomic), the main kernel, then kf_finalize when the result goes through a workspace.
+
+        The output epilogue (alpha * dW + beta * D) is applied where each output element is finally
+        stored: by the main kernel's store under the direct reduction, by kf_finalize otherwise. So an
+        atomic reduction with a non-identity epilogue accumulates in a workspace and finishes through
+        kf_finalize even when the output is already the accumulator type (fp32 / int32), exactly as a
+        16-bit output always does. That is simpler than pre-filling the output with beta * D (which a
+        memset cannot do: it needs a kernel of its own) and scaling every partial by alpha: the
+        epilogue stays in one place, and D may be the output itself. It costs a weight-sized fp32/int32
+        workspace and one pass over the weight, small beside the activations this op reads.
+        """
         wei_numel = math.prod(problem.weight_shape_logical)
         acc_bytes = 4
         out_is_acc = problem.dtype.weight in (Scalar.F32, Scalar.I32)
         red = params.reduction
         splits = params.split_k
         # Where the main kernel writes: the output itself, or an accumulator workspace.
-        if red is Reduction.DIRECT or (red is Reduction.ATOMIC and out_is_acc):
+        if red is Reduction.DIRECT or (red is Reduction.ATOMIC and out_is_acc and not problem.has_epilogue):
             dst, workspace = OUTPUT, 0
         elif red is Reduction.ATOMIC:
             dst, workspace = "workspace", wei_numel * acc_bytes
         else:
             dst, workspace = "workspace", wei_numel * acc_bytes * splits
         args = kernel_args(TENSORS, problem, {OUTPUT: dst})
+        epilogue = epilogue_args(problem, D_INPUT, OUTPUT)
         steps: list = []
         if red is Reduction.ATOMIC:
             steps.append(Memset(dst, wei_numel * acc_bytes))
-        steps.append(self.main_launch(params, problem, target, args, wei_numel))
+        steps.append(with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue))
         if dst == "workspace":
             n_sum = splits if red is Reduction.TWOSTAGE else 1
             steps.append(Launch("kf_finalize", (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1),
-                                (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel),)))
+                                (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel), epilogue)))
         return LaunchPlan(tuple(steps), workspace)
 
     def reduction_penalty(self, params: Any) -> float:
         """The heuristic's small preference for one launch over a workspace and a finishing kernel."""
         return 0.1 if params.reduction is Reduction.TWOSTAGE else 0.0
+
+
+def with_epilogue(main: Launch, args: Struct, epilogue: Struct) -> Launch:
+    """`main` (a family's main_launch, conv arguments first) with the epilogue struct as its second argument."""
+    if not main.args or main.args[0] != args:
+        raise ValueError(f"{main.entry}: a main launch passes the conv argument struct first")
+    return dataclasses.replace(main, args=(main.args[0], epilogue, *main.args[1:]))
 
 
 def lanes_only_channels_last(params: Any, layout: Layout) -> bool:

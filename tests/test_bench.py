@@ -399,6 +399,15 @@ def test_record_percentages():
     assert r["ours_mma_pct"] == pytest.approx(100 * 2e9 / 10e-6 / 800e12)
     assert r["speedup"] == pytest.approx(2.0) and r["reps"] == 30
     assert record(_row(Op.CONV_BWD_WEIGHT, "a", 10.0, 20.0), None)["ours_dram_pct"] is None
+    # The binding roofline is the larger floor: here DRAM (100 %) over matmul (25 %).
+    assert r["ours_roofline_pct"] == pytest.approx(100.0) and r["torch_roofline_pct"] == pytest.approx(50.0)
+
+
+def test_binding_roofline_takes_the_larger_floor():
+    # 1 MB and 1e12 MACs in 10 ms: DRAM floor 0.33 us, matmul floor 2.5 ms, so matmul binds: 25 %.
+    assert CEIL.roofline_pct(10**6, 10**12, 10_000.0) == pytest.approx(25.0)
+    assert CEIL.roofline_pct(None, 10**12, 10_000.0) == pytest.approx(25.0)
+    assert CEIL.roofline_pct(None, None, 10_000.0) is None
 
 
 def test_write_all(tmp_path):

@@ -127,6 +127,12 @@ class Ceilings:
             return None
         return 100.0 * 2 * macs / (us * 1e-6) / (self.matmul_tflops * 1e12)
 
+    def roofline_pct(self, min_bytes: int | None, macs: int | None, us: float | None) -> float | None:
+        """% of the binding roofline: the larger of the DRAM floor (minimum bytes at the copy bandwidth) and
+        the matmul floor (2 MACs at the matmul rate), over the time; so the larger of the two percentages."""
+        pcts = [p for p in (self.dram_pct(min_bytes, us), self.mma_pct(macs, us)) if p is not None]
+        return max(pcts) if pcts else None
+
 
 @dataclass(frozen=True)
 class Row:

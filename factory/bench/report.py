@@ -19,6 +19,7 @@ from .model import Ceilings, Row, Status, Timing
 COLUMNS = (
     "op", "case", "dtype", "layout", "status", "ours_us", "ours_iqr_us", "torch_us", "torch_iqr_us", "speedup",
     "ours_host_us", "torch_host_us",
+    "ours_roofline_pct", "torch_roofline_pct",
     "ours_dram_pct", "torch_dram_pct", "ours_mma_pct", "torch_mma_pct", "ours_gbps", "torch_gbps",
     "max_rel_err", "tolerance", "reps", "instance", "problem", "min_bytes", "macs", "note",
 )
@@ -50,6 +51,8 @@ def record(row: Row, ceilings: Ceilings | None) -> dict[str, Any]:
     def pct(kind: str, t: Timing | None) -> float | None:
         if ceilings is None:
             return None
+        if kind == "roofline":
+            return ceilings.roofline_pct(row.min_bytes, row.macs, med(t))
         return ceilings.dram_pct(row.min_bytes, med(t)) if kind == "dram" else ceilings.mma_pct(row.macs, med(t))
 
     reps = row.ours.reps if row.ours else (row.torch.reps if row.torch else None)
@@ -61,6 +64,7 @@ def record(row: Row, ceilings: Ceilings | None) -> dict[str, Any]:
         "speedup": row.speedup,
         "ours_host_us": row.ours.host_us if row.ours else None,
         "torch_host_us": row.torch.host_us if row.torch else None,
+        "ours_roofline_pct": pct("roofline", row.ours), "torch_roofline_pct": pct("roofline", row.torch),
         "ours_dram_pct": pct("dram", row.ours), "torch_dram_pct": pct("dram", row.torch),
         "ours_mma_pct": pct("mma", row.ours), "torch_mma_pct": pct("mma", row.torch),
         "ours_gbps": gbps(row.ours), "torch_gbps": gbps(row.torch),
@@ -164,7 +168,8 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
 
     table = Table(title=escape(title))
     columns = [("op", False), ("case", False), ("dtype", False), ("layout", False), ("ours µs", True),
-               ("PyTorch µs", True), ("speedup", True), ("% DRAM ours/PT", True), ("% MMA ours", True),
+               ("PyTorch µs", True), ("speedup", True), ("% roofline ours/PT", True), ("% DRAM ours/PT", True),
+               ("% MMA ours", True),
                ("status / note", False)]
     if problems:
         columns.insert(2, ("problem", False))
@@ -185,6 +190,7 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
         table.add_row(
             row.op.value, escape(row.case), *sizes, row.dtype.value, row.layout.name,
             _timing_text(row.ours), _timing_text(row.torch), speed_text,
+            f"{_num(r['ours_roofline_pct'], '.0f')}/{_num(r['torch_roofline_pct'], '.0f')}",
             f"{_num(r['ours_dram_pct'], '.0f')}/{_num(r['torch_dram_pct'], '.0f')}", _num(r["ours_mma_pct"], ".1f"),
             note,
         )
@@ -266,31 +272,32 @@ def plot_speedup(path: Path, rows: Sequence[Row]) -> Path:
 
 
 def plot_roofline(path: Path, rows: Sequence[Row], ceilings: Ceilings | None) -> Path:
-    """Achieved % of the DRAM roofline (minimum bytes at the measured copy bandwidth), ours vs PyTorch."""
+    """Achieved % of each row's binding roofline (the larger of its DRAM floor, minimum bytes at the
+    measured copy bandwidth, and its matmul floor, 2 MACs at the measured matmul rate), ours vs PyTorch."""
     timed = [r for r in rows if r.ours is not None or r.torch is not None]
     fig, ax = _figure(len(timed) * 1.6)
     recs = [record(r, ceilings) for r in timed]
     ys = [1.6 * i for i in range(len(timed))][::-1]
     h = 0.6
-    ours = [rec["ours_dram_pct"] or 0.0 for rec in recs]
-    theirs = [rec["torch_dram_pct"] or 0.0 for rec in recs]
+    ours = [rec["ours_roofline_pct"] or 0.0 for rec in recs]
+    theirs = [rec["torch_roofline_pct"] or 0.0 for rec in recs]
     ax.barh([y + h / 2 for y in ys], ours, height=h, color="#1565c0", label="kfactory")
     ax.barh([y - h / 2 for y in ys], theirs, height=h, color="#9e9e9e", label="PyTorch")
     for y, row, rec, o, t in zip(ys, timed, recs, ours, theirs):
-        if rec["ours_dram_pct"] is None:
+        if rec["ours_roofline_pct"] is None:
             why = "not timed" if row.status is Status.OK else f"ours: {row.status.label}"
             ax.text(1, y + h / 2, why, va="center", fontsize=7, color="#c62828" if row.status is Status.WRONG else "#555555")
         else:
             ax.text(o + 1, y + h / 2, f"{o:.0f}%", va="center", fontsize=7)
-        if rec["torch_dram_pct"] is not None:
+        if rec["torch_roofline_pct"] is not None:
             ax.text(t + 1, y - h / 2, f"{t:.0f}%", va="center", fontsize=7)
     ax.axvline(100.0, color="black", linewidth=1.0, linestyle="--", label="roofline")
     ax.set_yticks(ys, [_label(r) for r in timed], fontsize=8)
     ax.set_ylim(-1.1, 1.6 * max(len(timed), 1) - 0.5)
     ax.set_xlim(0, max([100.0, *ours, *theirs]) * 1.12)
-    bw = f" ({ceilings.copy_gbps:.0f} GB/s copy)" if ceilings else ""
-    ax.set_xlabel(f"achieved % of DRAM roofline: minimum bytes / time / measured bandwidth{bw}")
-    ax.set_title("How close each case runs to the memory roofline")
+    bw = f" ({ceilings.copy_gbps:.0f} GB/s copy, {ceilings.matmul_tflops:.0f} TFLOP/s matmul)" if ceilings else ""
+    ax.set_xlabel(f"achieved % of the binding roofline: max(minimum bytes / bandwidth, 2 MACs / matmul rate) / time{bw}")
+    ax.set_title("How close each case runs to its roofline")
     fig.legend(loc="outside upper right", ncols=3)  # above the bars, never over one
     ax.grid(axis="x", alpha=0.3)
     if not timed:

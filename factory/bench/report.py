@@ -295,9 +295,9 @@ def plot_roofline(path: Path, rows: Sequence[Row], ceilings: Ceilings | None) ->
     ax.set_yticks(ys, [_label(r) for r in timed], fontsize=8)
     ax.set_ylim(-1.1, 1.6 * max(len(timed), 1) - 0.5)
     ax.set_xlim(0, max([100.0, *ours, *theirs]) * 1.12)
-    bw = f" ({ceilings.copy_gbps:.0f} GB/s copy, {ceilings.matmul_tflops:.0f} TFLOP/s matmul)" if ceilings else ""
-    ax.set_xlabel(f"achieved % of the binding roofline: max(minimum bytes / bandwidth, 2 MACs / matmul rate) / time{bw}")
-    ax.set_title("How close each case runs to its roofline")
+    bw = f"\n(copy {ceilings.copy_gbps:.0f} GB/s, bf16 matmul {ceilings.matmul_tflops:.0f} TFLOP/s)" if ceilings else ""
+    ax.set_xlabel("% of the binding roofline: max(DRAM floor, matmul floor) / time")
+    ax.set_title(f"How close each case runs to its roofline{bw}")
     fig.legend(loc="outside upper right", ncols=3)  # above the bars, never over one
     ax.grid(axis="x", alpha=0.3)
     if not timed:

@@ -116,6 +116,8 @@ class Mma(BwdWeightFamily):
             return too_large(problem) or self.why_not_here(params, problem, target)
         if any(abs(v) > INT32_LIMIT for v in geometry_ints(problem)):
             return "a stride or size of 2**31 elements or more does not fit the 32-bit argument struct"
+        if reduction_length(problem) > INT32_LIMIT or math.prod(problem.weight_shape_logical) > INT32_LIMIT:
+            return "2**31 or more output positions or weight elements: reduction rows and weight offsets are 32-bit"
         return self.why_not_here(params, problem, target)
 
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import kernel_emulator
+from test_emulated_conv import pick_instance  # the same id / family / reduction / pick / problem fields
 from factory import numerics
 from factory.catalog import Instance, select_instances
 from factory.ops.base import F32, Buf, Launch, Memset, Role, Struct
@@ -251,14 +252,6 @@ CASES = [
     Case("mma-twostage-scale", "mma", R.TWOSTAGE, L.NHWGC, D.BF16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25"),
     Case("mma-twostage-bilinear", "mma", R.TWOSTAGE, L.NHWGC, D.BF16_FP32W, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25,beta=3"),
 ]
-
-
-def pick_instance(case: Case) -> Instance:
-    """Among lookup's candidates of the case's family, reduction and property, the one a hash of its id picks."""
-    candidates = sorted((i for i in lookup(case.problem) if i.family == case.family and i.params.reduction is case.reduction
-                         and (case.pick is None or case.pick(i.params))), key=lambda i: i.name)
-    assert candidates, f"{case.id}: no {case.family}/{case.reduction.value} instance computes {case.spec}"
-    return candidates[zlib.crc32(case.id.encode()) % len(candidates)]
 
 
 @pytest.fixture(scope="module")

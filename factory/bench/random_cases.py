@@ -202,6 +202,16 @@ def _channels(rng: np.random.Generator, lo: int, hi: int) -> int:
     return value
 
 
+def _spatial(rng: np.random.Generator, kind: Any) -> tuple[int, ...]:
+    """A kind's input size: a length, a height x width, or a depth before them (3-D kinds carry `depth`)."""
+    if kind.ndim == 1:
+        return (_log_int(rng, *kind.spatial),)
+    if kind.ndim == 2:
+        return _hw(rng, kind.spatial)
+    assert kind.depth is not None
+    return (_log_int(rng, *kind.depth), *_hw(rng, kind.spatial))
+
+
 def _hw(rng: np.random.Generator, spatial: Range) -> tuple[int, int]:
     h = _log_int(rng, *spatial)
     return h, (h if _chance(rng, SQUARE) else _log_int(rng, *spatial))
@@ -220,13 +230,7 @@ def _conv_sizes(rng: np.random.Generator, kind: ConvKind) -> tuple[tuple[str, An
     choice = _pick(rng, [(f, f.weight) for f in kind.filters])
     size = _log_int(rng, *choice.sizes)
     filt = tuple(size if on else 1 for on in choice.dims)
-    if kind.ndim == 1:
-        spatial: tuple[int, ...] = (_log_int(rng, *kind.spatial),)
-    elif kind.ndim == 2:
-        spatial = _hw(rng, kind.spatial)
-    else:
-        assert kind.depth is not None
-        spatial = (_log_int(rng, *kind.depth), *_hw(rng, kind.spatial))
+    spatial = _spatial(rng, kind)
     s = 2 if _chance(rng, kind.stride2) else 1
     stride = tuple(1 if kind.ndim == 3 and d == 0 else s for d in range(kind.ndim))
     dil = 2 if s == 1 and _chance(rng, kind.dilation2) else 1
@@ -275,13 +279,7 @@ def _norm_sizes(rng: np.random.Generator, kind: NormKind) -> tuple[tuple[str, An
         n = _uniform_int(rng, *kind.batch)
     groups = _pick(rng, GN_GROUPS)
     channels = max(groups, round(_log_int(rng, *kind.channels) / groups) * groups)
-    if kind.ndim == 1:
-        spatial: tuple[int, ...] = (_log_int(rng, *kind.spatial),)
-    elif kind.ndim == 2:
-        spatial = _hw(rng, kind.spatial)
-    else:
-        assert kind.depth is not None
-        spatial = (_log_int(rng, *kind.depth), *_hw(rng, kind.spatial))
+    spatial = _spatial(rng, kind)
     sizes: list[tuple[str, Any]] = [("N", n), ("C", channels), ("G", groups), ("input", spatial)]
     if not _chance(rng, GN_AFFINE):
         sizes.append(("affine", 0))

@@ -140,6 +140,27 @@ struct Chunks {
     b.init(n0, Cfg::VB, [&](int n) { return op.b_slot(n); });
   }
 
+  // One operand's chunks of a stage: r-major ones at the thread's row (its position given), others each
+  // at its own row. `fetch(slot, position, ok)` is the op's a_chunk or b_chunk.
+  template <bool R_MAJOR, int V, class Operand, class Fetch>
+  __device__ __forceinline__ void load_operand(const Op& op, const Operand& c, kf_mma::Smem<T> s, int r0, int r_end,
+                                               bool shared_ok, const Pos& shared_pos, Fetch fetch) const {
+#pragma unroll
+    for (int i = 0; i < Operand::N; ++i) {
+      if (!c.live[i]) continue;
+      bool ok;
+      const T* src;
+      if constexpr (R_MAJOR) {
+        ok = shared_ok;
+        src = fetch(c.slot[i], shared_pos, ok);
+      } else {
+        ok = r0 + c.r[i] < r_end;
+        src = fetch(c.slot[i], op.pos(r0 + c.r[i]), ok);
+      }
+      copy<V * (int)sizeof(T)>(s + c.dst[i], src, ok);
+    }
+  }
+
   // Stage tiles of reduction rows [r0, r0 + BK) into `s`.
   __device__ __forceinline__ void load(const Op& op, kf_mma::Smem<T> s, int r0, int r_end) const {
     const kf_mma::Smem<T> sb = s + Cfg::A_ROWS * Cfg::A_LD;
@@ -149,34 +170,10 @@ struct Chunks {
       shared_ok = r0 + row < r_end;
       shared_pos = op.pos(r0 + row);
     }
-#pragma unroll
-    for (int i = 0; i < a.N; ++i) {
-      if (!a.live[i]) continue;
-      bool ok;
-      const T* src;
-      if constexpr (Cfg::A_RMAJOR) {
-        ok = shared_ok;
-        src = op.a_chunk(a.slot[i], shared_pos, ok);
-      } else {
-        ok = r0 + a.r[i] < r_end;
-        src = op.a_chunk(a.slot[i], op.pos(r0 + a.r[i]), ok);
-      }
-      copy<Cfg::VA * (int)sizeof(T)>(s + a.dst[i], src, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < b.N; ++i) {
-      if (!b.live[i]) continue;
-      bool ok;
-      const T* src;
-      if constexpr (Cfg::B_RMAJOR) {
-        ok = shared_ok;
-        src = op.b_chunk(b.slot[i], shared_pos, ok);
-      } else {
-        ok = r0 + b.r[i] < r_end;
-        src = op.b_chunk(b.slot[i], op.pos(r0 + b.r[i]), ok);
-      }
-      copy<Cfg::VB * (int)sizeof(T)>(sb + b.dst[i], src, ok);
-    }
+    load_operand<Cfg::A_RMAJOR, Cfg::VA>(op, a, s, r0, r_end, shared_ok, shared_pos,
+                                         [&](const auto& slot, const Pos& p, bool& ok) { return op.a_chunk(slot, p, ok); });
+    load_operand<Cfg::B_RMAJOR, Cfg::VB>(op, b, sb, r0, r_end, shared_ok, shared_pos,
+                                         [&](const auto& slot, const Pos& p, bool& ok) { return op.b_chunk(slot, p, ok); });
   }
 };
 

@@ -1,0 +1,94 @@
+"""On a GPU: the matrix-instruction family against PyTorch (cuDNN) on 100 seeded random problems.
+
+Problems are drawn over every layout, 16-bit dtype and rank, with channel counts that are and are not
+multiples of 8, groups, strides, dilations and paddings; each runs the `mma` instance the heuristic ranks
+first among those that apply, through Kernel.run on PyTorch tensors (outputs poisoned first), and must
+agree with aten.convolution_backward as `kfactory bench` requires."""
+
+import numpy as np
+import pytest
+
+from factory.api import SelectMode, select
+from factory.backends import BackendKind
+from factory.bench.check import compare_outputs
+from factory.bench.runner import make_tensors, poison
+from factory.device import target_for
+from factory.compile_cache import CompileJob, compile_many
+from factory.ops.base import Role
+from factory.sources import source_of
+from factory.ops.conv_bwd_weight import SOLVER
+from factory.problem import DType, Layout, UnsupportedProblem, parse_conv_problem
+from factory.selector import lookup
+
+pytestmark = pytest.mark.gpu
+
+SEED = 2026
+COUNT = 100
+DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W)
+
+
+def draw(rng: np.random.Generator) -> tuple[Layout, DType, str]:
+    """One random backward-weight problem (its spec string), small enough to run in milliseconds."""
+    while True:
+        ndim = int(rng.choice([1, 2, 3], p=[0.25, 0.55, 0.2]))
+        layout = Layout(rng.choice([l.value for l in Layout]))
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        g = int(rng.choice([1, 1, 2, 3, 4, 8, 14, 32]))
+        c, k = (int(rng.choice([8, 16, 24, 32, 64])) if rng.random() < 0.6 else int(rng.integers(1, 48)) for _ in range(2))
+        n = int(rng.integers(1, 9))
+        size_range = {1: (8, 400), 2: (5, 40), 3: (3, 12)}[ndim]
+        sizes = [int(rng.integers(*size_range)) for _ in range(ndim)]
+        filt = [int(rng.choice([1, 2, 3, 3, 5])) for _ in range(ndim)]
+        stride = int(rng.choice([1, 1, 2]))
+        dilation = int(rng.choice([1, 1, 2]))
+        pad = [int(rng.integers(0, (f - 1) * dilation // 2 + 2)) for f in filt]
+        if any(s + 2 * p < (f - 1) * dilation + 1 for s, p, f in zip(sizes, pad, filt)):
+            continue
+        x = "x".join
+        spec = (f"N={n},G={g},C={c},K={k},input={x(map(str, sizes))},filter={x(map(str, filt))},"
+                f"stride={stride},pad={x(map(str, pad))},dilation={dilation}")
+        return layout, dtype, spec
+
+
+def problems() -> list:
+    rng = np.random.default_rng(SEED)
+    return [parse_conv_problem(spec, layout, dtype) for layout, dtype, spec in (draw(rng) for _ in range(COUNT))]
+
+
+def test_mma_matches_pytorch_on_random_problems(gpu_backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    torch.backends.cudnn.allow_tf32 = False
+    info = gpu_backend.device_info()
+    target = target_for(info)
+    ran, failures, picks = 0, [], []
+    for problem in problems():
+        mine = [c for c in lookup(problem, target=target) if c.family == "mma"]
+        best = max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target)) if mine else None
+        picks.append((problem, best))
+    # Compile the picks in worker processes first (the compile cache then serves select()).
+    chosen = {best.name: best for _, best in picks if best is not None}
+    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, info.arch) for n, c in chosen.items()])
+    for i, (problem, best) in enumerate(picks):
+        if best is None:
+            failures.append(f"{problem.key}: no mma instance applies")
+            continue
+        kernel = select(problem, mode=SelectMode.FORCE, instance=best.name, backend=gpu_backend)
+        specs = list(SOLVER.tensors(problem))
+        tensors = make_tensors(specs, torch.device("cuda"), SEED + i)
+        try:
+            baseline = SOLVER.torch_baseline(problem, {s.name: tensors[s.name] for s in specs if s.role is Role.INPUT})
+        except UnsupportedProblem:
+            continue
+        poison(specs, tensors)
+        kernel.run(**tensors)
+        baseline.run()
+        torch.cuda.synchronize()
+        agreement = compare_outputs(specs, tensors, baseline.outputs())
+        ran += 1
+        if not agreement.ok:
+            failures.append(f"{best.name} on {problem.key}: {agreement.message}")
+    print(f"{ran} random problems run against PyTorch, {len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    assert ran == COUNT

@@ -197,7 +197,7 @@ CASES = [
     Case("depthwise-3d", Layout.NHWGC, DType.FP32, "N=2,G=16,C=1,K=1,input=4x9x9,filter=3x3x3,pad=1",
          frozenset({"dl", "dw"})),
     Case("grouped-2d-few-channels", Layout.NGCHW_GKYXC, DType.FP32,
-         "N=2,G=8,C=2,K=2,input=15x15,filter=3x3,stride=2,pad=1", frozenset({"dl", "dw"}), frozenset({"dl", "dw"})),
+         "N=2,G=8,C=2,K=2,input=15x15,filter=3x3,stride=2,pad=1", frozenset({"dl", "dw"}), frozenset({"dl", "dw", "mma"})),
     Case("grouped-3d", Layout.GNHWC, DType.INT8, "N=2,G=4,C=8,K=8,input=5x6x7,filter=3x3x3,pad=1",
          GEMM_ONLY, GEMM_ONLY),
     Case("dense-2d-1x1", Layout.NHWGC, DType.BF16_FP32W, "N=2,G=1,C=64,K=32,input=14x14,filter=1x1", GEMM, GEMM),

@@ -100,6 +100,9 @@ CASES = [
          lambda p: p.vector_b > 1),
     Case("mma-nhwgc-fp16-2d-i64", "mma", L.NHWGC, D.FP16, "N=2,G=1,C=8,K=8,input=16x16,filter=3x3,pad=1", R.DIRECT,
          lambda p: p.index_bits == 64),
+    Case("mma-ngchw-fp32-2d-s2", "mma", L.NGCHW, D.FP32, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=1", R.ATOMIC),
+    Case("mma-gnhwc-fp32-3d", "mma", L.GNHWC, D.FP32, "N=2,G=2,C=4,K=12,input=5x6x8,filter=3x1x3,pad=1x0x1", R.TWOSTAGE,
+         lambda p: p.vector_a == 4),
     Case("mma-nhwgc-bf16w-2d-n1-s2-d2", "mma", L.NHWGC, D.BF16_FP32W,
          "N=1,G=1,C=16,K=24,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT),
 ]

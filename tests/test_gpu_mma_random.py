@@ -1,6 +1,6 @@
 """On a GPU: the matrix-instruction family against PyTorch (cuDNN) on 100 seeded random problems.
 
-Problems are drawn over every layout, 16-bit dtype and rank, with channel counts that are and are not
+Problems are drawn over every layout, dtype the family takes (fp32 as 3xTF32) and rank, with channel counts that are and are not
 multiples of 8, groups, strides, dilations and paddings; each runs the `mma` instance the heuristic ranks
 first among those that apply, through Kernel.run on PyTorch tensors (outputs poisoned first), and must
 agree with aten.convolution_backward as `kfactory bench` requires."""
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 
 SEED = 2026
 COUNT = 100
-DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W)
+DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)
 
 
 def draw(rng: np.random.Generator) -> tuple[Layout, DType, str]:

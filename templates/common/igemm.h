@@ -83,7 +83,7 @@ struct Config {
   static constexpr int B_LD = (B_RMAJOR ? BN : BK) + PAD, B_ROWS = B_RMAJOR ? BK : BN;
   static constexpr int STAGE = A_ROWS * A_LD + B_ROWS * B_LD;  // elements
   static constexpr int SHARED_BYTES = STAGE * STAGES * (int)sizeof(T);
-  static_assert(WTM % kf_mma::M == 0 && WTN % kf_mma::N == 0 && BK % kf_mma::K == 0, "tile vs instruction");
+  static_assert(WTM % kf_mma::M == 0 && WTN % kf_mma::N == 0 && BK % kf_mma::K_OF<T> == 0, "tile vs instruction");
   static_assert((A_RMAJOR ? BM : BK) % VA == 0 && (B_RMAJOR ? BN : BK) % VB == 0, "chunks per row");
 };
 
@@ -181,9 +181,9 @@ template <class Cfg>
 __device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
   const kf_mma::Smem<typename Cfg::T> sb = sa + Cfg::A_ROWS * Cfg::A_LD;
 #pragma unroll
-  for (int k = 0; k < Cfg::BK; k += kf_mma::K) {
-    kf_mma::FragA a[Cfg::FM];
-    kf_mma::FragB b[Cfg::FN];
+  for (int k = 0; k < Cfg::BK; k += kf_mma::K_OF<typename Cfg::T>) {
+    kf_mma::FragA<typename Cfg::T> a[Cfg::FM];
+    kf_mma::FragB<typename Cfg::T> b[Cfg::FN];
 #pragma unroll
     for (int i = 0; i < Cfg::FM; ++i) kf_mma::load_a<Cfg::A_RMAJOR>(a[i], sa, Cfg::A_LD, wm + i * kf_mma::M, k);
 #pragma unroll

@@ -1,24 +1,28 @@
 // Matrix instructions, one vocabulary for every target: a warp multiplies an M x K tile of A by a
 // K x N tile of B into an M x N fp32 accumulator tile. Fragments live in registers; the layout of
 // their elements across lanes is each implementation's own, so engines only use:
-//   kf_mma::M, N, K, LANES, C_ELEMS     tile shape, lanes per warp, accumulator elements per lane
+//   kf_mma::M, N, K_OF<T>, LANES, C_ELEMS  tile shape (K per operand type), lanes per warp, accumulator
+//                                               elements per lane
 //   Smem<T>, smem(T*)                           a place in shared memory (offset by + elements)
-//   load_a<A_RMAJOR>(FragA&, Smem, ld, m, k)    A(m..m+M, k..k+K) from a shared tile
-//   load_b<B_RMAJOR>(FragB&, Smem, ld, n, k)    B(k..k+K, n..n+N) from a shared tile
-//   mma(FragC&, FragA, FragB)                   C += A * B
+//   load_a<A_RMAJOR>(FragA<T>&, Smem<T>, ld, m, k)   A(m..m+M, k..k+K) from a shared tile
+//   load_b<B_RMAJOR>(FragB<T>&, Smem<T>, ld, n, k)   B(k..k+K, n..n+N) from a shared tile
+//   mma<T>(FragC&, FragA<T>, FragB<T>)          C += A * B
 //   c_row / c_col, c_row_of / c_col_of          where accumulator element e of a lane sits in the tile
 // A shared tile is "r-major" when the reduction index is its row (element (m, k) at k * ld + m),
 // otherwise element (m, k) is at m * ld + k; likewise B with n. Both orientations are served, so a
 // tile is stored the way global memory is contiguous and never transposed on the way in.
 //
-// Implementations: mma.sync + ldmatrix (NVIDIA sm_80+, 16-bit operands, fp32 accumulation), and a
-// portable one with the same lane layout in plain arithmetic (any compiler, the host emulator), which
-// also documents that layout. Needs prelude.h; TIN (the operand storage type) decides the instruction.
+// Implementations: mma.sync (NVIDIA sm_80+, fp32 accumulation): m16n8k16 with ldmatrix for 16-bit
+// operands, and for fp32 operands m16n8k8 on TF32 three times (a = hi + lo, each rounded to TF32;
+// C += lo*hi + hi*lo + hi*hi), which keeps fp32 accuracy; and a portable implementation with the same
+// lane layouts in plain arithmetic (any compiler, the host emulator), which also documents them. Needs prelude.h; TIN (the operand storage type) decides the instruction.
 #pragma once
 
 namespace kf_mma {
 
-constexpr int M = 16, N = 8, K = 16, C_ELEMS = 4, LANES = 32;
+constexpr int M = 16, N = 8, C_ELEMS = 4, LANES = 32;
+template <typename T> constexpr int K_OF = 16;  // reduction depth of one instruction
+template <> constexpr int K_OF<float> = 8;
 
 // Accumulator element e of a lane sits at row c_row(c_row_of(e), lane) and column c_col(c_col_of(e), lane)
 // of the tile; a lane's elements span C_ROWS rows and C_COLS columns. Here rows lane/4 and lane/4 + 8,
@@ -35,8 +39,10 @@ struct FragC { float x[C_ELEMS]; };
 #if defined(KF_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define KF_MMA_SYNC 1
 
-struct FragA { uint32_t x[4]; };
-struct FragB { uint32_t x[2]; };
+template <typename T> struct FragA { uint32_t x[4]; };  // 16-bit pairs, ldmatrix's layout
+template <typename T> struct FragB { uint32_t x[2]; };
+template <> struct FragA<float> { uint32_t hi[4], lo[4]; };  // TF32 halves of fp32 values
+template <> struct FragB<float> { uint32_t hi[2], lo[2]; };
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   unsigned a;
@@ -56,7 +62,7 @@ template <typename T> __device__ __forceinline__ Smem<T> smem(T* p) { return {sh
 // gives the address of one stored row: for [m][k] storage a row is an m; for r-major storage it is a k
 // and .trans turns the matrix round.
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_a(FragA& f, Smem<T> s, int ld, int m, int k) {
+__device__ __forceinline__ void load_a(FragA<T>& f, Smem<T> s, int ld, int m, int k) {
   const int lane = threadIdx.x % LANES, q = lane / 8, i = lane % 8;
   const int mm = m + 8 * (q % 2), kk = k + 8 * (q / 2);
   if constexpr (R_MAJOR) {
@@ -72,7 +78,7 @@ __device__ __forceinline__ void load_a(FragA& f, Smem<T> s, int ld, int m, int k
 
 // B: two 8x8 matrices, k 0-7 and 8-15 of eight columns (lanes 16-31 repeat the addresses of 0-15).
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_b(FragB& f, Smem<T> s, int ld, int n, int k) {
+__device__ __forceinline__ void load_b(FragB<T>& f, Smem<T> s, int ld, int n, int k) {
   const int lane = threadIdx.x % LANES, q = (lane / 8) % 2, i = lane % 8;
   if constexpr (R_MAJOR) {
     const unsigned a = (s + ((k + 8 * q + i) * ld + n)).addr;
@@ -83,18 +89,66 @@ __device__ __forceinline__ void load_b(FragB& f, Smem<T> s, int ld, int n, int k
   }
 }
 
-template <typename T> __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b);
+// fp32: an element and its TF32 split (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32: a0..a3 at
+// (row lane/4, col lane%4), (row + 8, col), (row, col + 4), (row + 8, col + 4); b0, b1 at (k lane%4,
+// n lane/4) and k + 4), loaded one by one: ldmatrix moves 16-bit elements only.
+__device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
+  const float rest = v - __uint_as_float(hi);
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+}
 
-template <> __device__ __forceinline__ void mma<f16_t>(FragC& c, const FragA& a, const FragB& b) {
+__device__ __forceinline__ float lds(unsigned addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+
+template <bool R_MAJOR>
+__device__ __forceinline__ void load_a(FragA<float>& f, Smem<float> s, int ld, int m, int k) {
+  const int lane = threadIdx.x % LANES, row = m + lane / 4, col = k + lane % 4;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int mm = row + 8 * (e % 2), kk = col + 4 * (e / 2);
+    split_tf32(lds((s + (R_MAJOR ? kk * ld + mm : mm * ld + kk)).addr), f.hi[e], f.lo[e]);
+  }
+}
+
+template <bool R_MAJOR>
+__device__ __forceinline__ void load_b(FragB<float>& f, Smem<float> s, int ld, int n, int k) {
+  const int lane = threadIdx.x % LANES, nn = n + lane / 4;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int kk = k + lane % 4 + 4 * e;
+    split_tf32(lds((s + (R_MAJOR ? kk * ld + nn : nn * ld + kk)).addr), f.hi[e], f.lo[e]);
+  }
+}
+
+template <typename T> __device__ __forceinline__ void mma(FragC& c, const FragA<T>& a, const FragB<T>& b);
+
+template <> __device__ __forceinline__ void mma<f16_t>(FragC& c, const FragA<f16_t>& a, const FragB<f16_t>& b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
                : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
                : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
 }
 
-template <> __device__ __forceinline__ void mma<bf16_t>(FragC& c, const FragA& a, const FragB& b) {
+template <> __device__ __forceinline__ void mma<bf16_t>(FragC& c, const FragA<bf16_t>& a, const FragB<bf16_t>& b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
                : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
                : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
+}
+
+__device__ __forceinline__ void mma_tf32(FragC& c, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
+               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Small products first, so the large one lands on a sum that already holds them.
+template <> __device__ __forceinline__ void mma<float>(FragC& c, const FragA<float>& a, const FragB<float>& b) {
+  mma_tf32(c, a.lo, b.hi);
+  mma_tf32(c, a.hi, b.lo);
+  mma_tf32(c, a.hi, b.hi);
 }
 
 #else  // portable: the lane layout of mma.sync m16n8k16, in fp32 arithmetic
@@ -107,11 +161,12 @@ template <typename T> struct Smem {
 template <typename T> __device__ __forceinline__ Smem<T> smem(T* p) { return {p}; }
 
 // A lane keeps the two rows of A and the two columns of B its accumulator elements need, whole.
-struct FragA { float v[2][K]; };
-struct FragB { float v[2][K]; };
+template <typename T> struct FragA { float v[2][K_OF<T>]; };
+template <typename T> struct FragB { float v[2][K_OF<T>]; };
 
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_a(FragA& f, Smem<T> sm, int ld, int m, int k) {
+__device__ __forceinline__ void load_a(FragA<T>& f, Smem<T> sm, int ld, int m, int k) {
+  constexpr int K = K_OF<T>;
   const T* s = sm.ptr;
   const int lane = threadIdx.x % LANES;
   for (int h = 0; h < 2; ++h) {
@@ -121,7 +176,8 @@ __device__ __forceinline__ void load_a(FragA& f, Smem<T> sm, int ld, int m, int 
 }
 
 template <bool R_MAJOR, typename T>
-__device__ __forceinline__ void load_b(FragB& f, Smem<T> sm, int ld, int n, int k) {
+__device__ __forceinline__ void load_b(FragB<T>& f, Smem<T> sm, int ld, int n, int k) {
+  constexpr int K = K_OF<T>;
   const T* s = sm.ptr;
   const int lane = threadIdx.x % LANES;
   for (int h = 0; h < 2; ++h) {
@@ -130,10 +186,10 @@ __device__ __forceinline__ void load_b(FragB& f, Smem<T> sm, int ld, int n, int 
   }
 }
 
-template <typename T> __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
+template <typename T> __device__ __forceinline__ void mma(FragC& c, const FragA<T>& a, const FragB<T>& b) {
   for (int e = 0; e < C_ELEMS; ++e) {
     float sum = 0.0f;
-    for (int kk = 0; kk < K; ++kk) sum += a.v[e / 2][kk] * b.v[e % 2][kk];
+    for (int kk = 0; kk < K_OF<T>; ++kk) sum += a.v[e / 2][kk] * b.v[e % 2][kk];
     c.x[e] += sum;
   }
 }

@@ -1,7 +1,8 @@
 """`mma`: implicit GEMM on matrix instructions (templates/common/igemm.h, mma.h).
 
 dW[g] (K x C*filter) = dOut[g]^T (K x N*out) . im2col(In[g]) (N*out x C*filter), with blocks tiling K (M)
-and C*filter (N) and warps issuing mma.sync on 16-bit operands with fp32 accumulation. Operands are
+and C*filter (N) and warps issuing mma.sync with fp32 accumulation: on 16-bit operands, or on fp32 ones
+as three TF32 products (fp32 accuracy). Operands are
 staged as they lie in memory: channels-last tensors in chunks along K / C (`vector_a`, `vector_b`
 elements, 16 bytes at 8), NGCHW ones in chunks along output rows (see _row_chunks_why_not).
 """
@@ -19,12 +20,13 @@ from ..conv import INT32_LIMIT, geometry_ints, too_large
 from ..conv import layouts as cl
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, fill_score, reduction_length
 
-# The instruction tile of templates/common/mma.h (m16n8k16 for 16-bit operands).
+# The instruction tile of templates/common/mma.h: m16n8k16 for 16-bit operands, m16n8k8 (three TF32
+# products) for fp32; block_k is a multiple of 16, so of both.
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 LANES = 32
-SIXTEEN_BIT = frozenset({DType.FP16, DType.BF16, DType.BF16_FP32W})
-CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in SIXTEEN_BIT)
-OPERAND_BYTES = 2
+OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.BF16_FP32W: 2, DType.FP32: 4}
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in OPERAND_BYTES)
+CHUNK_BYTES_MAX = 16  # cp.async's widest copy
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,15 @@ class MmaParams:
     def threads(self) -> int:
         return self.warps_m * self.warps_n * LANES
 
-    def shared_bytes(self, layout: Layout) -> int:
+    def shared_bytes(self, layout: Layout, dtype: DType) -> int:
         """The pipeline's shared memory (igemm.h Config::SHARED_BYTES): every stage's A and B tile, rows
         padded by 16 bytes."""
-        pad = 16 // OPERAND_BYTES
+        size = OPERAND_BYTES[dtype]
+        pad = 16 // size
         r_major = cl.channel_innermost(layout)
         a = (self.block_k * (self.block_m + pad)) if r_major else (self.block_m * (self.block_k + pad))
         b = (self.block_k * (self.block_n + pad)) if r_major else (self.block_n * (self.block_k + pad))
-        return (a + b) * self.stages * OPERAND_BYTES
+        return (a + b) * self.stages * size
 
     def suffix(self) -> str:
         return (
@@ -95,10 +98,13 @@ class Mma(BwdWeightFamily):
     name = "mma"
     template = "conv_bwd_weight/mma.hip.j2"
     params_type = MmaParams
-    description = "implicit GEMM on matrix instructions (mma.sync, fp32 accumulation); split-K"
+    description = "implicit GEMM on matrix instructions (mma.sync; fp32 as 3xTF32); split-K"
 
     def supported_cells(self) -> frozenset:
         return CELLS
+
+    def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
 
 
     def why_not_on(self, params: MmaParams, target: DeviceTarget) -> str | None:
@@ -131,7 +137,7 @@ class Mma(BwdWeightFamily):
             reason = _row_chunks_why_not(p, problem)
             if reason:
                 return reason
-        shared = p.shared_bytes(problem.layout)
+        shared = p.shared_bytes(problem.layout, problem.dtype)
         if shared > target.shared_optin:
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
         chunks = math.ceil(reduction_length(problem) / p.block_k)
@@ -146,14 +152,15 @@ class Mma(BwdWeightFamily):
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
         return Launch("kf_main", (_tiles(p, problem), problem.G, p.split_k), (p.threads, 1, 1),
-                      (args, I32(r_per_split), I32(wei_numel)), shared_bytes=p.shared_bytes(problem.layout))
+                      (args, I32(r_per_split), I32(wei_numel)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         blocks = _tiles(p, problem) * problem.G * p.split_k
         n_cols = problem.C * problem.filter_volume
         used = (problem.K / (math.ceil(problem.K / p.block_m) * p.block_m)) * (
             n_cols / (math.ceil(n_cols / p.block_n) * p.block_n))
-        wide = 0.3 * (p.vector_a == 8) + 0.3 * (p.vector_b == 8)
+        full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
+        wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
         narrow_index = 0.2 * (p.index_bits == 32)
         return 2.0 + used + wide + narrow_index + fill_score(blocks, target) - self.reduction_penalty(p)
 

@@ -63,6 +63,7 @@ import numpy as np
 from ..ops import SOLVERS
 from ..problem import DType, KernelFactoryError, Layout, Op
 from .model import BenchError, BenchItem, Case
+from .suite import dtypes_among
 
 RANDOM_VERSION = 1
 RANDOM_OPS = (Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD)
@@ -327,17 +328,8 @@ def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = No
 
 def parse_random_dtypes(names: Sequence[str]) -> tuple[DType, ...] | None:
     """--dtypes of a random run: any dtype some op draws (bf16_fp32w included); [] -> None (all)."""
-    if not names:
-        return None
     drawn = list(dict.fromkeys(d for table in DTYPES.values() for d, _ in table))
-    try:
-        dtypes = tuple(dict.fromkeys(DType.parse(n) for n in names))
-    except KernelFactoryError as exc:
-        raise BenchError(str(exc)) from None
-    for dtype in dtypes:
-        if dtype not in drawn:
-            raise BenchError(f"random problems are drawn in {', '.join(d.value for d in drawn)}; not {dtype.value}")
-    return dtypes
+    return dtypes_among(names, drawn, f"random problems are drawn in {', '.join(d.value for d in drawn)}")
 
 
 def draw(n: int, seed: int, ops: Sequence[Op] | None = None, dtypes: Sequence[DType] | None = None) -> list[BenchItem]:

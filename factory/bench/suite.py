@@ -115,19 +115,22 @@ def parse_ops(text: str | None) -> tuple[Op, ...] | None:
 
 
 def parse_dtypes(text: str | None) -> tuple[DType, ...] | None:
-    names = parse_list(text)
+    return dtypes_among(parse_list(text), SUITE_DTYPES,
+                        f"suite cases run in {', '.join(d.value for d in SUITE_DTYPES)} (fp32 where a case sets fp32 = true)")
+
+
+def dtypes_among(names: Sequence[str], allowed: Iterable[DType], where: str) -> tuple[DType, ...] | None:
+    """--dtypes as DTypes, each one of `allowed` (else a BenchError: "`where`; not X"); [] -> None (all)."""
     if not names:
         return None
     try:
         dtypes = tuple(dict.fromkeys(DType.parse(n) for n in names))
     except KernelFactoryError as exc:
         raise BenchError(str(exc)) from None
+    allowed = tuple(allowed)
     for dtype in dtypes:
-        if dtype not in SUITE_DTYPES:
-            raise BenchError(
-                f"suite cases run in {', '.join(d.value for d in SUITE_DTYPES)} (fp32 where a case sets fp32 = true); "
-                f"not {dtype.value}"
-            )
+        if dtype not in allowed:
+            raise BenchError(f"{where}; not {dtype.value}")
     return dtypes
 
 

@@ -424,7 +424,8 @@ class Kernel:
 
 def _binary(instance: Instance, backend: Backend) -> bytes:
     """The instance's binary for the backend's device, through the on-disk compile cache."""
-    outcome = compile_cached(backend.kind, CompileJob(instance.name, source_of(instance).text, backend.device_info().arch))
+    outcome = compile_cached(backend.kind, CompileJob(instance.name, source_of(instance).text,
+                                                            instance.compile_arch(backend.device_info().arch)))
     if outcome.binary is None:
         raise KernelFactoryError(f"{instance.name} failed to compile: {outcome.error}")
     return outcome.binary

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Hashable, Iterable, Iterator, Mapping
 
-from .device import DEFAULT_TARGET, DeviceTarget
+from .device import DEFAULT_TARGET, DeviceTarget, compile_arch
 from .ops import solver_for
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op
 from .resources import instances_dir
@@ -67,6 +67,10 @@ class Instance:
     def why_not_on(self, target: DeviceTarget) -> str | None:
         """None when this instance can run on `target` at all (its matrix instructions exist there)."""
         return solver_for(self.op).family(self.family).why_not_on(self.params, target)
+
+    def compile_arch(self, device_arch: str) -> str:
+        """The compiler target of this instance on a device of `device_arch` (sm_90a for wgmma on sm_90)."""
+        return compile_arch(device_arch, solver_for(self.op).family(self.family).needs(self.params))
 
     def is_applicable(self, problem: ConvProblem, target: DeviceTarget = DEFAULT_TARGET) -> bool:
         return self.why_not(problem, target) is None

@@ -93,12 +93,28 @@ def target_named(name: str) -> DeviceTarget:
 _NVIDIA_ARCH = re.compile(r"sm_(\d+)(a?)$")
 
 
+# A GPU in hand also runs its arch-specific ISA ("a" targets: sm_90a's wgmma on an sm_90 part); the
+# named target without the suffix stays the portable one, for code meant to run on later GPUs too.
+_DEVICE_ISA = {"sm_90": "sm_90a"}
+
+
+def compile_arch(arch: str, needs: frozenset[MatrixUnit]) -> str:
+    """The compiler target of a kernel built on `needs` for a device of `arch`: wgmma exists only in
+    the arch-specific sm_90a ISA (whose binaries run on sm_90 GPUs alone); everything else compiles
+    for the device's own arch."""
+    if MatrixUnit.WGMMA in needs and _DEVICE_ISA.get(arch) == "sm_90a":
+        return "sm_90a"
+    return arch
+
+
 def target_for_device(arch: str, processors: int) -> DeviceTarget:
     """The target of a GPU in hand: its arch's description with the device's own processor count.
 
     An arch newer than any shipped description borrows the nearest older one of its vendor (a kernel
     that runs there runs on the newer part), so a new GPU is served rather than refused.
     """
+    if arch in _DEVICE_ISA:
+        return replace(TARGETS[_DEVICE_ISA[arch]], arch=arch, processors=processors)
     if arch in TARGETS:
         return replace(TARGETS[arch], processors=processors)
     match = _NVIDIA_ARCH.match(arch)

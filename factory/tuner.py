@@ -238,7 +238,7 @@ def tune(
 
     if progress.on_stage:
         progress.on_stage("compile", len(todo))
-    jobs = [CompileJob(c.name, source_of(c).text, info.arch) for c in todo]
+    jobs = [CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)) for c in todo]
     compiled = compile_many(
         info.backend,
         jobs,

@@ -25,13 +25,15 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--show", nargs="*", default=list(WATCH))
     args = parser.parse_args()
-    binary = compile_cuda(render(instance_by_name(args.name)), args.arch)
+    instance = instance_by_name(args.name)
+    arch = instance.compile_arch(args.arch)  # sm_90a for wgmma instances on sm_90
+    binary = compile_cuda(render(instance), arch)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(binary.binary)
         sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     counts = collections.Counter(m.group(1).split(".")[0] for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
-    print(args.name, args.arch)
+    print(args.name, arch)
     for op in args.show:
         print(f"  {op:8s} {counts.get(op, 0)}")
     examples = sorted({line.strip() for line in sass.splitlines() if any(f" {op}." in line or f" {op} " in line for op in args.show[:4])})

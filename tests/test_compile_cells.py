@@ -205,7 +205,8 @@ def nvrtc_failures(instances: list[Instance], cache: Path, monkeypatch: pytest.M
     """Compile through the compile cache's worker pool, the path `kfactory tune` takes, into an empty cache."""
     monkeypatch.setenv("KFACTORY_CACHE_DIR", str(cache))
     sources = {inst.name: codegen.render(inst) for inst in instances}
-    jobs = [CompileJob(name, source, CUDA_ARCH) for name, source in sources.items()]
+    # wgmma instances compile for sm_90a, whose cubins carry the sm_90 machine flags.
+    jobs = [CompileJob(inst.name, sources[inst.name], inst.compile_arch(CUDA_ARCH)) for inst in instances]
     outcomes = compile_many(BackendKind.CUDA, jobs, workers=WORKERS)
     failures: dict[str, str] = {}
     for inst in instances:

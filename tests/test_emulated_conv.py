@@ -23,6 +23,7 @@ import pytest
 
 import kernel_emulator
 from factory.catalog import Instance
+from factory.device import TARGETS
 from factory.ops.base import I32, Launch, Memset
 from factory.ops.conv_bwd_weight import SOLVER, Reduction
 from factory.problem import ConvProblem, DType, Layout
@@ -105,6 +106,12 @@ CASES = [
          lambda p: p.vector_a == 4),
     Case("mma-nhwgc-bf16w-2d-n1-s2-d2", "mma", L.NHWGC, D.BF16_FP32W,
          "N=1,G=1,C=16,K=24,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT),
+    # wgmma: the same engine with warpgroup tiles in swizzled shared memory (the portable product here).
+    Case("wgmma-nhwgc-fp16-2d", "wgmma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
+    Case("wgmma-gnhwc-bf16-1d-d2", "wgmma", L.GNHWC, D.BF16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
+    Case("wgmma-nhwgc-bf16w-3d-c3", "wgmma", L.NHWGC, D.BF16_FP32W, "N=1,G=2,C=3,K=5,input=8x8x9,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("wgmma-nhwgc-fp16-2d-k72-s2-d2", "wgmma", L.NHWGC, D.FP16,
+         "N=1,G=1,C=16,K=72,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT, lambda p: p.block_m == 128),
 ]
 
 
@@ -112,7 +119,7 @@ def pick_instance(case: Case) -> Instance:
     """The case's instance: among lookup's candidates of its family, reduction and property, the one a
     hash of the case name indexes (stable across runs and machines)."""
     candidates = sorted(
-        (i for i in lookup(case.problem)
+        (i for i in lookup(case.problem, target=TARGETS["sm_90a"])
          if i.family == case.family and i.params.reduction is case.reduction
          and (case.pick is None or case.pick(i.params))),
         key=lambda i: i.name,

@@ -1,8 +1,8 @@
-"""On a GPU: the matrix-instruction family against PyTorch (cuDNN) on 100 seeded random problems.
+"""On a GPU: the matrix-instruction families against PyTorch (cuDNN) on 100 seeded random problems each.
 
 Problems are drawn over every layout, dtype the family takes (fp32 as 3xTF32) and rank, with channel counts that are and are not
 multiples of 8, groups, strides, dilations and paddings; each runs the `mma` instance the heuristic ranks
-first among those that apply, through Kernel.run on PyTorch tensors (outputs poisoned first), and must
+(or `wgmma`, over the cells it takes) first among those that apply, through Kernel.run on PyTorch tensors (outputs poisoned first), and must
 agree with aten.convolution_backward as `kfactory bench` requires."""
 
 import numpy as np
@@ -25,14 +25,20 @@ pytestmark = pytest.mark.gpu
 SEED = 2026
 COUNT = 100
 DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)
+# What each family's problems are drawn over: its layouts and dtypes.
+DRAWS = {
+    "mma": (tuple(Layout), DTYPES),
+    "wgmma": ((Layout.NHWGC, Layout.GNHWC), (DType.FP16, DType.BF16, DType.BF16_FP32W)),
+}
 
 
-def draw(rng: np.random.Generator) -> tuple[Layout, DType, str]:
+def draw(rng: np.random.Generator, layouts: tuple[Layout, ...] = tuple(Layout),
+         dtypes: tuple[DType, ...] = DTYPES) -> tuple[Layout, DType, str]:
     """One random backward-weight problem (its spec string), small enough to run in milliseconds."""
     while True:
         ndim = int(rng.choice([1, 2, 3], p=[0.25, 0.55, 0.2]))
-        layout = Layout(rng.choice([l.value for l in Layout]))
-        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        layout = layouts[int(rng.integers(len(layouts)))]
+        dtype = dtypes[int(rng.integers(len(dtypes)))]
         g = int(rng.choice([1, 1, 2, 3, 4, 8, 14, 32]))
         c, k = (int(rng.choice([8, 16, 24, 32, 64])) if rng.random() < 0.6 else int(rng.integers(1, 48)) for _ in range(2))
         n = int(rng.integers(1, 9))
@@ -50,12 +56,15 @@ def draw(rng: np.random.Generator) -> tuple[Layout, DType, str]:
         return layout, dtype, spec
 
 
-def problems() -> list:
+def problems(family: str = "mma") -> list:
     rng = np.random.default_rng(SEED)
-    return [parse_conv_problem(spec, layout, dtype) for layout, dtype, spec in (draw(rng) for _ in range(COUNT))]
+    layouts, dtypes = DRAWS[family]
+    return [parse_conv_problem(spec, layout, dtype)
+            for layout, dtype, spec in (draw(rng, layouts, dtypes) for _ in range(COUNT))]
 
 
-def test_mma_matches_pytorch_on_random_problems(gpu_backend):
+@pytest.mark.parametrize("family", sorted(DRAWS))
+def test_matrix_families_match_pytorch_on_random_problems(family, gpu_backend):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
@@ -63,16 +72,16 @@ def test_mma_matches_pytorch_on_random_problems(gpu_backend):
     info = gpu_backend.device_info()
     target = target_for(info)
     ran, failures, picks = 0, [], []
-    for problem in problems():
-        mine = [c for c in lookup(problem, target=target) if c.family == "mma"]
+    for problem in problems(family):
+        mine = [c for c in lookup(problem, target=target) if c.family == family]
         best = max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target)) if mine else None
         picks.append((problem, best))
     # Compile the picks in worker processes first (the compile cache then serves select()).
     chosen = {best.name: best for _, best in picks if best is not None}
-    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, info.arch) for n, c in chosen.items()])
+    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, c.compile_arch(info.arch)) for n, c in chosen.items()])
     for i, (problem, best) in enumerate(picks):
         if best is None:
-            failures.append(f"{problem.key}: no mma instance applies")
+            failures.append(f"{problem.key}: no {family} instance applies")
             continue
         kernel = select(problem, mode=SelectMode.FORCE, instance=best.name, backend=gpu_backend)
         specs = list(SOLVER.tensors(problem))

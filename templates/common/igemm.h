@@ -21,6 +21,10 @@
 // stage for all of them. Rows r >= r_end are zero without asking the op. Needs prelude.h and mma.h.
 #pragma once
 
+#if defined(KF_MMA_SYNC) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KF_WGMMA 1  // sm_90a: warpgroup MMA (wgmma.h)
+#endif
+
 namespace kf_igemm {
 
 // A plain type of each chunk size, naturally aligned, so a chunk moves as one load and one store.
@@ -67,6 +71,20 @@ template <int PENDING> __device__ __forceinline__ void wait() {
 #endif
 }
 
+template <class Cfg>
+__device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn);
+
+// Make this thread's copies into shared memory visible to instructions that read it through the async
+// proxy (wgmma), before the barrier that hands the stage over.
+__device__ __forceinline__ void publish_to_async_proxy() {
+#if defined(KF_WGMMA)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// The mma.sync engine's configuration. A configuration says how its tiles lie in shared memory
+// (a_at / b_at: the element offset of stored row `row`, column `col`), where a warp's accumulator
+// tile starts (warp_origin) and how a stage is multiplied (compute); wgmma.h has another.
 template <typename T_, int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, bool A_RMAJOR_,
           bool B_RMAJOR_, int VA_, int VB_>
 struct Config {
@@ -81,8 +99,21 @@ struct Config {
   static constexpr int PAD = 16 / (int)sizeof(T);
   static constexpr int A_LD = (A_RMAJOR ? BM : BK) + PAD, A_ROWS = A_RMAJOR ? BK : BM;
   static constexpr int B_LD = (B_RMAJOR ? BN : BK) + PAD, B_ROWS = B_RMAJOR ? BK : BN;
-  static constexpr int STAGE = A_ROWS * A_LD + B_ROWS * B_LD;  // elements
+  static constexpr int A_ELEMS = A_ROWS * A_LD, B_ELEMS = B_ROWS * B_LD;
+  static constexpr int STAGE = A_ELEMS + B_ELEMS;  // elements
+  static constexpr int SMEM_ALIGN = 16;
   static constexpr int SHARED_BYTES = STAGE * STAGES * (int)sizeof(T);
+  static constexpr bool ASYNC_PROXY = false;  // whether the matrix instructions read shared memory asynchronously
+
+  __device__ static __forceinline__ int a_at(int row, int col) { return row * A_LD + col; }
+  __device__ static __forceinline__ int b_at(int row, int col) { return row * B_LD + col; }
+  __device__ static __forceinline__ void warp_origin(int warp, int& wm, int& wn) {
+    wm = (warp / WARPS_N) * WTM;
+    wn = (warp % WARPS_N) * WTN;
+  }
+  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC (&acc)[FM][FN], int wm, int wn) {
+    compute_stage<Config>(s, acc, wm, wn);
+  }
   static_assert(WTM % kf_mma::M == 0 && WTN % kf_mma::N == 0 && BK % kf_mma::K_OF<T> == 0, "tile vs instruction");
   static_assert((A_RMAJOR ? BM : BK) % VA == 0 && (B_RMAJOR ? BN : BK) % VB == 0, "chunks per row");
 };
@@ -90,7 +121,7 @@ struct Config {
 // The chunks of one operand a thread copies into every stage. An r-major tile (rows are reduction rows)
 // gives each reduction row THREADS / BK threads, which take that row's chunks in turn, so all of a
 // thread's chunks share its row; other tiles deal chunks out in order and each has its own r.
-template <class Cfg, class Slot, bool R_MAJOR, int LD, int ROWS, int PER_ROW>
+template <class Cfg, class Slot, bool R_MAJOR, bool IS_A, int ROWS, int PER_ROW>
 struct OperandChunks {
   static constexpr int TPR = Cfg::THREADS / Cfg::BK;  // threads per reduction row (r-major)
   static constexpr int TOTAL = ROWS * PER_ROW;
@@ -120,7 +151,7 @@ struct OperandChunks {
       col = min(col, PER_ROW - 1) * vec;
       slot[i] = make(first + (R_MAJOR ? col : row));
       r[i] = R_MAJOR ? row : col;
-      dst[i] = row * LD + col;
+      dst[i] = IS_A ? Cfg::a_at(row, col) : Cfg::b_at(row, col);
     }
   }
 };
@@ -131,8 +162,8 @@ struct Chunks {
   using ASlot = decltype(static_cast<const Op*>(nullptr)->a_slot(0));
   using BSlot = decltype(static_cast<const Op*>(nullptr)->b_slot(0));
   using T = typename Cfg::T;
-  OperandChunks<Cfg, ASlot, Cfg::A_RMAJOR, Cfg::A_LD, Cfg::A_ROWS, (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA> a;
-  OperandChunks<Cfg, BSlot, Cfg::B_RMAJOR, Cfg::B_LD, Cfg::B_ROWS, (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB> b;
+  OperandChunks<Cfg, ASlot, Cfg::A_RMAJOR, true, Cfg::A_RMAJOR ? Cfg::BK : Cfg::BM, (Cfg::A_RMAJOR ? Cfg::BM : Cfg::BK) / Cfg::VA> a;
+  OperandChunks<Cfg, BSlot, Cfg::B_RMAJOR, false, Cfg::B_RMAJOR ? Cfg::BK : Cfg::BN, (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB> b;
   int row;  // this thread's reduction row in r-major tiles
 
   __device__ __forceinline__ Chunks(const Op& op, int m0, int n0) : row(threadIdx.x / (Cfg::THREADS / Cfg::BK)) {
@@ -163,7 +194,7 @@ struct Chunks {
 
   // Stage tiles of reduction rows [r0, r0 + BK) into `s`.
   __device__ __forceinline__ void load(const Op& op, kf_mma::Smem<T> s, int r0, int r_end) const {
-    const kf_mma::Smem<T> sb = s + Cfg::A_ROWS * Cfg::A_LD;
+    const kf_mma::Smem<T> sb = s + Cfg::A_ELEMS;
     Pos shared_pos;
     bool shared_ok = false;
     if constexpr (Cfg::A_RMAJOR || Cfg::B_RMAJOR) {
@@ -179,7 +210,7 @@ struct Chunks {
 
 template <class Cfg>
 __device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
-  const kf_mma::Smem<typename Cfg::T> sb = sa + Cfg::A_ROWS * Cfg::A_LD;
+  const kf_mma::Smem<typename Cfg::T> sb = sa + Cfg::A_ELEMS;
 #pragma unroll
   for (int k = 0; k < Cfg::BK; k += kf_mma::K_OF<typename Cfg::T>) {
     kf_mma::FragA<typename Cfg::T> a[Cfg::FM];
@@ -196,12 +227,16 @@ __device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, 
 }
 
 // The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop, then op.store for every
-// element of the tile. `smem` holds Cfg::SHARED_BYTES.
+// element of the tile. `smem` holds Cfg::SHARED_BYTES plus Cfg::SMEM_ALIGN - 16 for aligning it.
 template <class Cfg, class Op>
 __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int r_begin, int r_end) {
-  const kf_mma::Smem<typename Cfg::T> smem = kf_mma::smem(smem_ptr);
+  using T = typename Cfg::T;
+  const unsigned long long base = reinterpret_cast<unsigned long long>(smem_ptr);
+  const kf_mma::Smem<T> smem = kf_mma::smem(
+      reinterpret_cast<T*>((base + Cfg::SMEM_ALIGN - 1) / Cfg::SMEM_ALIGN * Cfg::SMEM_ALIGN));
   const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
-  const int wm = (warp / Cfg::WARPS_N) * Cfg::WTM, wn = (warp % Cfg::WARPS_N) * Cfg::WTN;
+  int wm, wn;
+  Cfg::warp_origin(warp, wm, wn);
   kf_mma::FragC acc[Cfg::FM][Cfg::FN];
 #pragma unroll
   for (int i = 0; i < Cfg::FM; ++i)
@@ -219,11 +254,12 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
   }
   for (int t = 0; t < tiles; ++t) {
     wait<Cfg::STAGES - 2>();
+    if constexpr (Cfg::ASYNC_PROXY) publish_to_async_proxy();
     __syncthreads();  // stage t is complete for every thread; stage t - 1 is no longer read
     const int next = t + Cfg::STAGES - 1;
     if (next < tiles) chunks.load(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, r_begin + next * Cfg::BK, r_end);
     commit();
-    compute_stage<Cfg>(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
+    Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
   }
 
   // A lane's accumulators cover a few rows and columns of the tile, each many times: the op's mapping of

@@ -9,6 +9,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
+- `wgmma`: the same on Hopper's warpgroup MMA (templates/common/wgmma.h), sm_90a.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .dw import Dw, DwParams
 from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
 from .mma import Mma, MmaParams
+from .wgmma import Wgmma, WgmmaParams
 from .reference import reference_logical
 
 
@@ -33,7 +35,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma(), Wgmma())
     tensor_names = TENSORS
     output_name = OUTPUT
     extra_tensors = {D_INPUT: ConvTensor.WEIGHT}
@@ -139,4 +141,4 @@ class ConvBwdWeight(ConvOp):
 
 SOLVER = ConvBwdWeight()
 
-__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "WgmmaParams", "reference_logical"]

@@ -80,6 +80,7 @@ class MmaParams:
 
     def template_values(self) -> dict[str, Any]:
         return {
+            "engine": "mma",
             "block_m": self.block_m,
             "block_n": self.block_n,
             "block_k": self.block_k,

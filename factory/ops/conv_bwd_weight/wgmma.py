@@ -1,0 +1,117 @@
+"""`wgmma`: the `mma` family's implicit GEMM on Hopper's warpgroup MMA (templates/common/wgmma.h).
+
+Same gathers and epilogues as `mma` (one template); the main loop differs: each warpgroup (four warps)
+issues wgmma.mma_async m64nNk16 on operands the instruction reads from 128-byte-swizzled shared
+memory, so threads load no fragments. Compiled for sm_90a (the arch-specific Hopper ISA), it runs on
+sm_90 GPUs. Tiles are r-major with 16-bit elements: channels-last layouts, fp16 / bf16 operands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget, MatrixUnit
+from ...problem import ConvProblem, DType, Layout
+from ..base import Family
+from ..conv import layouts as cl
+from .common import ALL_CELLS, Reduction, check_split
+from .mma import Mma
+
+GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
+GROUP_THREADS = 128
+INSTRUCTION_K = 16
+SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzle row
+MAX_N = 256  # the widest wgmma
+ATOM_BYTES = 1024  # a swizzle atom; the pipeline's base is aligned to it
+UNIT = 8  # 16-bit elements in a 16-byte unit: a chunk stays within one
+OPERAND_BYTES = 2
+CELLS = frozenset(cell for cell in ALL_CELLS if cl.channel_innermost(cell[0])
+                  and cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W))
+
+
+@dataclass(frozen=True)
+class WgmmaParams:
+    block_m: int
+    block_n: int
+    block_k: int
+    groups_m: int
+    groups_n: int
+    stages: int
+    vector_a: int
+    vector_b: int
+    split_k: int
+    reduction: Reduction
+    index_bits: int = 32
+
+    def __post_init__(self) -> None:
+        check_split(self.split_k, self.reduction)
+        if self.index_bits not in (32, 64):
+            raise ValueError(f"index_bits must be 32 or 64, not {self.index_bits}")
+        if self.block_m != GROUP_ROWS * self.groups_m:
+            raise ValueError(f"block_m {self.block_m} must be {GROUP_ROWS} rows per warpgroup ({self.groups_m})")
+        columns, rest = divmod(self.block_n, self.groups_n)
+        if rest or columns % SWIZZLE_ROW or columns > MAX_N:
+            raise ValueError(f"block_n {self.block_n} over {self.groups_n} warpgroups must give each a multiple of "
+                             f"{SWIZZLE_ROW} columns, at most {MAX_N}")
+        if self.block_k % INSTRUCTION_K or self.threads % self.block_k:
+            raise ValueError(f"block_k {self.block_k} must be a multiple of {INSTRUCTION_K} dividing the "
+                             f"{self.threads} threads")
+        if self.stages < 2:
+            raise ValueError("the pipeline needs at least 2 stages")
+        for v in (self.vector_a, self.vector_b):
+            if v not in (1, 2, 4, 8):
+                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
+
+    @property
+    def threads(self) -> int:
+        return self.groups_m * self.groups_n * GROUP_THREADS
+
+    def shared_bytes(self, layout: Layout, dtype: DType) -> int:
+        """Every stage's A and B tile (wgmma.h Config::SHARED_BYTES), plus room to align the base to a
+        swizzle atom (dynamic shared memory is 16-byte aligned)."""
+        return (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages + ATOM_BYTES - 16
+
+    def suffix(self) -> str:
+        return (
+            f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_p{self.stages}"
+            f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
+        )
+
+    def template_values(self) -> dict[str, Any]:
+        return {
+            "engine": "wgmma",
+            "block_m": self.block_m,
+            "block_n": self.block_n,
+            "block_k": self.block_k,
+            "groups_m": self.groups_m,
+            "groups_n": self.groups_n,
+            "threads": self.threads,
+            "stages": self.stages,
+            "vector_a": self.vector_a,
+            "vector_b": self.vector_b,
+            "reduce_mode": self.reduction.mode,
+            "index_type": "int" if self.index_bits == 32 else "long long",
+        }
+
+
+class Wgmma(Mma):
+    name = "wgmma"
+    params_type = WgmmaParams
+    description = "implicit GEMM on Hopper warpgroup MMA (wgmma, sm_90a): channels-last fp16/bf16; split-K"
+
+    def supported_cells(self) -> frozenset:
+        return CELLS
+
+    def cell_allows(self, params: WgmmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        return True
+
+    def needs(self, params: WgmmaParams) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.WGMMA})
+
+    def why_not_on(self, params: WgmmaParams, target: DeviceTarget) -> str | None:
+        return Family.why_not_on(self, params, target)
+
+    def heuristic_score(self, p: WgmmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        # Preferred to mma.sync where both apply: the instruction reads its operands itself.
+        return super().heuristic_score(p, problem, target) + 0.5

@@ -110,6 +110,10 @@ CASES = [
     Case("wgmma-nhwgc-fp16-2d", "wgmma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("wgmma-gnhwc-bf16-1d-d2", "wgmma", L.GNHWC, D.BF16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
     Case("wgmma-nhwgc-bf16w-3d-c3", "wgmma", L.NHWGC, D.BF16_FP32W, "N=1,G=2,C=3,K=5,input=8x8x9,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("wgmma-nhwgc-fp16-2d-sliced", "wgmma", L.NHWGC, D.FP16, "N=3,G=1,C=24,K=40,input=13x11,filter=3x3,pad=1", R.TWOSTAGE,
+         lambda p: p.slices == 4),
+    Case("wgmma-gnhwc-bf16-3d-sliced-direct", "wgmma", L.GNHWC, D.BF16, "N=2,G=2,C=8,K=16,input=5x6x7,filter=3x3x3,pad=1", R.DIRECT,
+         lambda p: p.slices > 1),
     Case("wgmma-nhwgc-fp16-2d-k72-s2-d2", "wgmma", L.NHWGC, D.FP16,
          "N=1,G=1,C=16,K=72,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT, lambda p: p.block_m == 128),
 ]

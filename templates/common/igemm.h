@@ -92,7 +92,8 @@ struct Config {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr bool A_RMAJOR = A_RMAJOR_, B_RMAJOR = B_RMAJOR_;
   static constexpr int VA = VA_, VB = VB_;
-  static constexpr int THREADS = WARPS_M * WARPS_N * kf_mma::LANES;
+  static constexpr int SLICES = 1, SLICE_THREADS = WARPS_M * WARPS_N * kf_mma::LANES;
+  static constexpr int THREADS = SLICE_THREADS;
   static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // a warp's tile
   static constexpr int FM = WTM / kf_mma::M, FN = WTN / kf_mma::N;
   // Rows padded by 16 bytes: ldmatrix's eight row addresses then fall in distinct banks.
@@ -123,18 +124,19 @@ struct Config {
 // thread's chunks share its row; other tiles deal chunks out in order and each has its own r.
 template <class Cfg, class Slot, bool R_MAJOR, bool IS_A, int ROWS, int PER_ROW>
 struct OperandChunks {
-  static constexpr int TPR = Cfg::THREADS / Cfg::BK;  // threads per reduction row (r-major)
+  static constexpr int THREADS = Cfg::SLICE_THREADS;  // the threads that fill one pipeline
+  static constexpr int TPR = THREADS / Cfg::BK;  // threads per reduction row (r-major)
   static constexpr int TOTAL = ROWS * PER_ROW;
-  static constexpr int N = R_MAJOR ? (PER_ROW + TPR - 1) / TPR : (TOTAL + Cfg::THREADS - 1) / Cfg::THREADS;
-  static constexpr bool ALL_LIVE = R_MAJOR ? PER_ROW % TPR == 0 : TOTAL % Cfg::THREADS == 0;
-  static_assert(!R_MAJOR || Cfg::THREADS % Cfg::BK == 0, "r-major tiles need whole threads per reduction row");
+  static constexpr int N = R_MAJOR ? (PER_ROW + TPR - 1) / TPR : (TOTAL + THREADS - 1) / THREADS;
+  static constexpr bool ALL_LIVE = R_MAJOR ? PER_ROW % TPR == 0 : TOTAL % THREADS == 0;
+  static_assert(!R_MAJOR || THREADS % Cfg::BK == 0, "r-major tiles need whole threads per reduction row");
   Slot slot[N];
   int dst[N], r[N];  // shared-memory element offset; r relative to the stage's first row (not r-major)
   bool live[N];      // the chunk exists (the last round of a thread may have none)
 
   template <class MakeSlot>
   __device__ __forceinline__ void init(int first, int vec, MakeSlot make) {
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x % THREADS;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       int row, col;
@@ -143,7 +145,7 @@ struct OperandChunks {
         col = tid % TPR + i * TPR;
         live[i] = ALL_LIVE || col < PER_ROW;
       } else {
-        const int e = tid + i * Cfg::THREADS;
+        const int e = tid + i * THREADS;
         live[i] = ALL_LIVE || e < TOTAL;
         row = (live[i] ? e : 0) / PER_ROW;
         col = (live[i] ? e : 0) % PER_ROW;
@@ -166,7 +168,8 @@ struct Chunks {
   OperandChunks<Cfg, BSlot, Cfg::B_RMAJOR, false, Cfg::B_RMAJOR ? Cfg::BK : Cfg::BN, (Cfg::B_RMAJOR ? Cfg::BN : Cfg::BK) / Cfg::VB> b;
   int row;  // this thread's reduction row in r-major tiles
 
-  __device__ __forceinline__ Chunks(const Op& op, int m0, int n0) : row(threadIdx.x / (Cfg::THREADS / Cfg::BK)) {
+  __device__ __forceinline__ Chunks(const Op& op, int m0, int n0)
+      : row(threadIdx.x % Cfg::SLICE_THREADS / (Cfg::SLICE_THREADS / Cfg::BK)) {
     a.init(m0, Cfg::VA, [&](int m) { return op.a_slot(m); });
     b.init(n0, Cfg::VB, [&](int n) { return op.b_slot(n); });
   }
@@ -226,15 +229,51 @@ __device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, 
   }
 }
 
+// Slices 1.. leave their accumulators in shared memory (the pipelines' space, free once every slice is
+// done) and slice 0 adds them to its own; true for the threads that go on to store the tile.
+template <class Cfg>
+__device__ __forceinline__ bool sum_slices(kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], float* space, int slice, int local) {
+  constexpr int PER = Cfg::FM * Cfg::FN * kf_mma::C_ELEMS;  // accumulators per thread
+  wait<0>();
+  __syncthreads();  // every slice has finished with its stages
+  if (slice > 0) {
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+        for (int e = 0; e < kf_mma::C_ELEMS; ++e)
+          space[((slice - 1) * PER + (i * Cfg::FN + j) * kf_mma::C_ELEMS + e) * Cfg::SLICE_THREADS + local] = acc[i][j].x[e];
+  }
+  __syncthreads();
+  if (slice > 0) return false;
+  for (int s = 1; s < Cfg::SLICES; ++s)
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+        for (int e = 0; e < kf_mma::C_ELEMS; ++e)
+          acc[i][j].x[e] += space[((s - 1) * PER + (i * Cfg::FN + j) * kf_mma::C_ELEMS + e) * Cfg::SLICE_THREADS + local];
+  return true;
+}
+
 // The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop, then op.store for every
 // element of the tile. `smem` holds Cfg::SHARED_BYTES plus Cfg::SMEM_ALIGN - 16 for aligning it.
+//
+// A block of Cfg::SLICES slices runs one pipeline per slice (Cfg::SLICE_THREADS threads, their own
+// stages): slice s takes the reduction tiles s, s + SLICES, ..., so neighbouring rows are read at the
+// same time, and the slices' sums meet in shared memory at the end. More warps share one output tile
+// without a split-K pass through global memory. Every slice runs the same number of rounds (the
+// barriers are the block's); rows past r_end are zeros.
 template <class Cfg, class Op>
 __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int r_begin, int r_end) {
   using T = typename Cfg::T;
   const unsigned long long base = reinterpret_cast<unsigned long long>(smem_ptr);
-  const kf_mma::Smem<T> smem = kf_mma::smem(
-      reinterpret_cast<T*>((base + Cfg::SMEM_ALIGN - 1) / Cfg::SMEM_ALIGN * Cfg::SMEM_ALIGN));
-  const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
+  T* const aligned = reinterpret_cast<T*>((base + Cfg::SMEM_ALIGN - 1) / Cfg::SMEM_ALIGN * Cfg::SMEM_ALIGN);
+  const int slice = threadIdx.x / Cfg::SLICE_THREADS, local = threadIdx.x % Cfg::SLICE_THREADS;
+  const kf_mma::Smem<T> smem = kf_mma::smem(aligned) + slice * (Cfg::STAGE * Cfg::STAGES);
+  const int warp = local / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
   int wm, wn;
   Cfg::warp_origin(warp, wm, wn);
   kf_mma::FragC acc[Cfg::FM][Cfg::FN];
@@ -247,19 +286,24 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
 
   const Chunks<Cfg, Op> chunks(op, m0, n0);
   const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
+  const int rounds = (tiles + Cfg::SLICES - 1) / Cfg::SLICES;
+  const auto first_row = [&](int t) { return r_begin + (t * Cfg::SLICES + slice) * Cfg::BK; };
 #pragma unroll
   for (int t = 0; t < Cfg::STAGES - 1; ++t) {
-    if (t < tiles) chunks.load(op, smem + t * Cfg::STAGE, r_begin + t * Cfg::BK, r_end);
+    if (t < rounds) chunks.load(op, smem + t * Cfg::STAGE, first_row(t), r_end);
     commit();
   }
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < rounds; ++t) {
     wait<Cfg::STAGES - 2>();
     if constexpr (Cfg::ASYNC_PROXY) publish_to_async_proxy();
     __syncthreads();  // stage t is complete for every thread; stage t - 1 is no longer read
     const int next = t + Cfg::STAGES - 1;
-    if (next < tiles) chunks.load(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, r_begin + next * Cfg::BK, r_end);
+    if (next < rounds) chunks.load(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, first_row(next), r_end);
     commit();
     Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
+  }
+  if constexpr (Cfg::SLICES > 1) {
+    if (!sum_slices<Cfg>(acc, reinterpret_cast<float*>(aligned), slice, local)) return;
   }
 
   // A lane's accumulators cover a few rows and columns of the tile, each many times: the op's mapping of

@@ -1,5 +1,5 @@
 // The implicit-GEMM engine (igemm.h) on Hopper's warpgroup MMA (wgmma, sm_90a): a configuration to
-// pass to kf_igemm::run in place of kf_igemm::Config.
+// pass to kf_igemm::run in place of kf_igemm::Config. SLICES pipelines share a block's tile (see run()).
 //
 // Four warps (a warpgroup) issue one wgmma.mma_async m64nNk16 together: 64 rows of A by N columns of
 // B, both read by the instruction straight from shared memory through descriptors, so no fragment is
@@ -62,30 +62,32 @@ __device__ __forceinline__ void mma_async<{{ ctype }}, {{ n }}>(kf_mma::FragC (&
 }
 {% endmacro %}
 {% for ctype, ptx in (("f16_t", "f16"), ("bf16_t", "bf16")) %}
-{% for n, regs in ((64, 32), (128, 64), (256, 128)) %}
+{% for n, regs in ((64, 32), (128, 64), (192, 96), (256, 128)) %}
 {{ wgmma_instruction(ctype, ptx, n, regs) }}
 {% endfor %}
 {% endfor %}
 #endif
 
-template <typename T_, int BM_, int BN_, int BK_, int WGS_M_, int WGS_N_, int STAGES_, int VA_, int VB_>
+template <typename T_, int BM_, int BN_, int BK_, int WGS_M_, int WGS_N_, int SLICES_, int STAGES_, int VA_, int VB_>
 struct Config {
   using T = T_;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WGS_M = WGS_M_, WGS_N = WGS_N_, STAGES = STAGES_;
   static constexpr bool A_RMAJOR = true, B_RMAJOR = true;
   static constexpr int VA = VA_, VB = VB_;
-  static constexpr int THREADS = WGS_M * WGS_N * GROUP;
+  static constexpr int SLICES = SLICES_, SLICE_THREADS = WGS_M * WGS_N * GROUP;  // igemm.h run(): slices
+  static constexpr int THREADS = SLICES * SLICE_THREADS;
   static constexpr int WTN = BN / WGS_N;  // a warpgroup's columns
   static constexpr int FM = 1, FN = WTN / kf_mma::N;  // a warp's 16 x WTN accumulators as mma.sync tiles
   static constexpr int ROW = 128 / (int)sizeof(T), UNIT = 16 / (int)sizeof(T);
   static constexpr int A_ELEMS = BM * BK, B_ELEMS = BN * BK, STAGE = A_ELEMS + B_ELEMS;
   static constexpr int SMEM_ALIGN = ATOM_BYTES;
-  static constexpr int SHARED_BYTES = STAGE * STAGES * (int)sizeof(T);
+  static constexpr int PIPELINES = STAGE * STAGES * SLICES * (int)sizeof(T), SUMS = (SLICES - 1) * BM * BN * 4;
+  static constexpr int SHARED_BYTES = PIPELINES > SUMS ? PIPELINES : SUMS;
   static constexpr bool ASYNC_PROXY = true;
   static_assert(sizeof(T) == 2, "wgmma tiles here hold 16-bit operands");
   static_assert(BM == ROWS * WGS_M, "a warpgroup owns 64 rows");
   static_assert(WTN % ROW == 0 && WTN <= 256, "a warpgroup's columns: whole 64-element swizzle rows, at most 256");
-  static_assert(BK % K == 0 && THREADS % BK == 0, "reduction rows: whole instructions, whole threads per row");
+  static_assert(BK % K == 0 && SLICE_THREADS % BK == 0, "reduction rows: whole instructions, whole threads per row");
   static_assert(UNIT % VA == 0 && UNIT % VB == 0, "a chunk lies within one 16-byte unit");
 
   __device__ static __forceinline__ int a_at(int row, int col) { return swizzled<T, BK>(row, col); }

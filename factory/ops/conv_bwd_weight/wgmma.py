@@ -24,6 +24,7 @@ INSTRUCTION_K = 16
 SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzle row
 MAX_N = 256  # the widest wgmma
 ATOM_BYTES = 1024  # a swizzle atom; the pipeline's base is aligned to it
+MAX_THREADS = 1024
 UNIT = 8  # 16-bit elements in a 16-byte unit: a chunk stays within one
 OPERAND_BYTES = 2
 CELLS = frozenset(cell for cell in ALL_CELLS if cl.channel_innermost(cell[0])
@@ -43,6 +44,7 @@ class WgmmaParams:
     split_k: int
     reduction: Reduction
     index_bits: int = 32
+    slices: int = 1  # pipelines (each groups_m x groups_n warpgroups) summing one tile in shared memory
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
@@ -54,9 +56,13 @@ class WgmmaParams:
         if rest or columns % SWIZZLE_ROW or columns > MAX_N:
             raise ValueError(f"block_n {self.block_n} over {self.groups_n} warpgroups must give each a multiple of "
                              f"{SWIZZLE_ROW} columns, at most {MAX_N}")
-        if self.block_k % INSTRUCTION_K or self.threads % self.block_k:
-            raise ValueError(f"block_k {self.block_k} must be a multiple of {INSTRUCTION_K} dividing the "
-                             f"{self.threads} threads")
+        if self.slices < 1 or self.threads > MAX_THREADS:
+            raise ValueError(f"{self.slices} slices of {self.groups_m}x{self.groups_n} warpgroups: at least one, "
+                             f"at most {MAX_THREADS} threads")
+        slice_threads = self.groups_m * self.groups_n * GROUP_THREADS
+        if self.block_k % INSTRUCTION_K or slice_threads % self.block_k:
+            raise ValueError(f"block_k {self.block_k} must be a multiple of {INSTRUCTION_K} dividing a slice's "
+                             f"{slice_threads} threads")
         if self.stages < 2:
             raise ValueError("the pipeline needs at least 2 stages")
         for v in (self.vector_a, self.vector_b):
@@ -65,16 +71,19 @@ class WgmmaParams:
 
     @property
     def threads(self) -> int:
-        return self.groups_m * self.groups_n * GROUP_THREADS
+        return self.groups_m * self.groups_n * GROUP_THREADS * self.slices
 
     def shared_bytes(self, layout: Layout, dtype: DType) -> int:
-        """Every stage's A and B tile (wgmma.h Config::SHARED_BYTES), plus room to align the base to a
-        swizzle atom (dynamic shared memory is 16-byte aligned)."""
-        return (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages + ATOM_BYTES - 16
+        """Every slice's stages of A and B tiles, or the slices' fp32 sums if more (wgmma.h
+        Config::SHARED_BYTES), plus room to align the base to a swizzle atom (dynamic shared memory is
+        16-byte aligned)."""
+        pipelines = (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages * self.slices
+        sums = (self.slices - 1) * self.block_m * self.block_n * 4
+        return max(pipelines, sums) + ATOM_BYTES - 16
 
     def suffix(self) -> str:
         return (
-            f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_p{self.stages}"
+            f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_sl{self.slices}_p{self.stages}"
             f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
         )
 
@@ -86,6 +95,7 @@ class WgmmaParams:
             "block_k": self.block_k,
             "groups_m": self.groups_m,
             "groups_n": self.groups_n,
+            "slices": self.slices,
             "threads": self.threads,
             "stages": self.stages,
             "vector_a": self.vector_a,

@@ -17,13 +17,14 @@ import pytest
 import torch
 
 import factory.backends
+from factory.device import target_for
 from factory import abi, api
 from factory.api import (
     ConvProblem, DType, Kernel, Layout, NotTuned, SelectMode, TensorMismatch, UnsupportedProblem, explain, lookup,
     select,
 )
 from factory.backends import BackendError, BackendKind, DeviceInfo
-from factory.catalog import Instance, all_instances
+from factory.catalog import Instance, all_instances, specialized_instances
 from factory.ops import solver_for
 from factory.ops.base import Launch, Memset
 from factory.problem import Op
@@ -146,7 +147,8 @@ def test_lookup_and_explain_partition_the_op():
     applicable = {i.name for i in lookup(p)}
     rejected = {r.instance.name: r.reason for r in explain(p)}
     assert applicable and rejected and not applicable & rejected.keys()
-    assert applicable | rejected.keys() == {i.name for i in all_instances() if i.op is Op.CONV_BWD_WEIGHT}
+    listed = {i.name for i in all_instances() if i.op is Op.CONV_BWD_WEIGHT}
+    assert applicable | rejected.keys() == listed | {i.name for i in specialized_instances(p)}
     dwt = next(name for name in rejected if "_ngchw_fp16_dwt_" in name and name.startswith("conv_bwd_weight_2d"))
     assert rejected[dwt] == "depthwise only (C=K=1), problem has C=8, K=8"
 
@@ -174,7 +176,7 @@ def test_select_without_gpu_raises_backend_error(monkeypatch, mode, instance):
 def test_select_heuristic_builds_the_heuristic_pick(backend):
     p = problem()
     k = select(p, mode=SelectMode.HEURISTIC, backend=backend)
-    assert k.name == heuristic_pick(p).name
+    assert k.name == heuristic_pick(p, target=target_for(backend.device_info())).name
     assert k.tensor_names == ["input", "grad_output", "grad_weight"]
     assert k.specs["input"].shape == (4, 16, 16, 4, 8) and k.specs["grad_weight"].shape == (4, 8, 3, 3, 8)
     entries = [s.entry for s in k.plan.steps if isinstance(s, Launch)]
@@ -197,12 +199,13 @@ def test_select_force_checks_the_name(backend):
 
 def test_select_db_mode_and_auto_mode_follow_the_tuning_db(backend, tmp_path):
     p = problem()
+    target = target_for(backend.device_info())  # an sm_90 GPU: wgmma instances apply
     db = TuningDB(str(tmp_path / "winners.sqlite"))
     with pytest.raises(NotTuned, match="no tuned winner"):
         select(p, mode="db", backend=backend, db=db)
-    assert select(p, mode="auto", backend=backend, db=db).name == heuristic_pick(p).name
+    assert select(p, mode="auto", backend=backend, db=db).name == heuristic_pick(p, target=target).name
 
-    tuned_instance = next(i for i in lookup(p) if i.name != heuristic_pick(p).name)
+    tuned_instance = next(i for i in lookup(p, target=target) if i.name != heuristic_pick(p, target=target).name)
     tuned = tuned_instance.name
     db.record(p.key, p.op.value, DEVICE, [Measurement(tuned, 3.0, 0.1, 25, True, source_hash=hash_of(tuned_instance))])
     assert select(p, mode="db", backend=backend, db=db).name == tuned
@@ -211,7 +214,7 @@ def test_select_db_mode_and_auto_mode_follow_the_tuning_db(backend, tmp_path):
     elsewhere = TuningDB(str(tmp_path / "elsewhere.sqlite"))
     elsewhere.record(p.key, p.op.value, DeviceInfo(**{**DEVICE.__dict__, "driver_version": "1"}),
                      [Measurement(tuned, 3.0, 0.1, 25, True, source_hash=hash_of(tuned_instance))])
-    assert select(p, mode="auto", backend=backend, db=elsewhere).name == heuristic_pick(p).name
+    assert select(p, mode="auto", backend=backend, db=elsewhere).name == heuristic_pick(p, target=target).name
 
 
 # --- Kernel.run: names and devices --------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""On a GPU: problem-specialized instances (the filter, stride and dilation compiled in for the problem at
+hand) against PyTorch (cuDNN) on 60 seeded random depthwise shapes the catalogs never list.
+
+Filters are drawn from 1-D taps 3..64 and 2-D k x l up to 13 x 13 (square and not), stride 1 or 2,
+dilation 1 or 2, every layout and dtype the specializing family takes, spatial sizes that are multiples
+of nothing. For each problem the specialized instance the heuristic ranks first, and the one with the
+fewest splits when it differs, run through Kernel.run on PyTorch tensors (outputs poisoned first) and
+must agree with aten.convolution_backward as `kfactory bench` requires."""
+
+import numpy as np
+import pytest
+
+from factory.api import SelectMode, select
+from factory.backends import BackendKind
+from factory.bench.check import compare_outputs
+from factory.bench.runner import make_tensors, poison
+from factory.catalog import specialized_instances
+from factory.compile_cache import CompileJob, compile_many
+from factory.device import target_for
+from factory.ops.base import Role
+from factory.ops.conv_bwd_weight import SOLVER
+from factory.problem import DType, Layout, UnsupportedProblem, parse_conv_problem
+from factory.sources import source_of
+
+pytestmark = pytest.mark.gpu
+
+SEED = 4242
+COUNT = 60
+DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32, DType.INT8)
+
+
+def draw(rng: np.random.Generator) -> tuple[Layout, DType, str]:
+    """One depthwise problem whose filter is specialized: 1-D (40 %) or 2-D (60 %)."""
+    while True:
+        layout = Layout(rng.choice([l.value for l in Layout]))
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        g = int(rng.choice([3, 8, 17, 32, 64, 96, 200]))
+        n = int(rng.choice([1, 2, 3, 4, 8]))
+        stride = int(rng.choice([1, 1, 2]))
+        dilation = int(rng.choice([1, 1, 2])) if stride == 1 else 1
+        if rng.random() < 0.4:
+            filt = [int(rng.integers(3, 65))]
+            sizes = [int(rng.integers(max(filt[0] * dilation, 40), 3000))]
+        else:
+            k = int(rng.integers(2, 14))
+            filt = [k, k if rng.random() < 0.7 else int(rng.integers(1, 14))]
+            sizes = [int(rng.integers(max(f * dilation, 9), 80)) for f in filt]
+        pad = [dilation * (f - 1) // 2 for f in filt]
+        x = "x".join
+        spec = (f"N={n},G={g},C=1,K=1,input={x(map(str, sizes))},filter={x(map(str, filt))},"
+                f"stride={stride},pad={x(map(str, pad))},dilation={dilation}")
+        return layout, dtype, spec
+
+
+def problems() -> list:
+    rng = np.random.default_rng(SEED)
+    return [parse_conv_problem(spec, layout, dtype) for layout, dtype, spec in (draw(rng) for _ in range(COUNT))]
+
+
+def test_specialized_instances_match_pytorch_on_random_shapes(gpu_backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    torch.backends.cudnn.allow_tf32 = False
+    info = gpu_backend.device_info()
+    target = target_for(info)
+    runs, missing = [], []
+    for problem in problems():
+        mine = [c for c in specialized_instances(problem) if c.why_not(problem, target) is None]
+        if not mine:
+            missing.append(problem.key)
+            continue
+        best = max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target))
+        fewest = min(mine, key=lambda c: (c.params.split_k, c.name))
+        runs += [(problem, c) for c in dict.fromkeys((best, fewest))]
+    assert not missing, f"no specialized instance applies to: {missing}"
+    chosen = {c.name: c for _, c in runs}
+    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, c.compile_arch(info.arch)) for n, c in chosen.items()])
+    ran, failures = 0, []
+    for i, (problem, inst) in enumerate(runs):
+        kernel = select(problem, mode=SelectMode.FORCE, instance=inst.name, backend=gpu_backend)
+        specs = list(SOLVER.tensors(problem))
+        tensors = make_tensors(specs, torch.device("cuda"), SEED + i)
+        try:
+            baseline = SOLVER.torch_baseline(problem, {s.name: tensors[s.name] for s in specs if s.role is Role.INPUT})
+        except UnsupportedProblem:
+            continue
+        poison(specs, tensors)
+        kernel.run(**tensors)
+        baseline.run()
+        torch.cuda.synchronize()
+        agreement = compare_outputs(specs, tensors, baseline.outputs())
+        ran += 1
+        if not agreement.ok:
+            failures.append(f"{inst.name} on {problem.key}: {agreement.message}")
+    shapes = len({p.key for p, _ in runs})
+    print(f"{ran} runs of specialized instances on {shapes} random shapes against PyTorch, {len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    assert shapes >= 50

@@ -70,7 +70,8 @@ class Instance:
 
     def compile_arch(self, device_arch: str) -> str:
         """The compiler target of this instance on a device of `device_arch` (sm_90a for wgmma on sm_90)."""
-        return compile_arch(device_arch, solver_for(self.op).family(self.family).needs(self.params))
+        family = solver_for(self.op).families.get(self.family)  # None: a family outside the op's list
+        return compile_arch(device_arch, family.needs(self.params) if family else frozenset())
 
     def is_applicable(self, problem: ConvProblem, target: DeviceTarget = DEFAULT_TARGET) -> bool:
         return self.why_not(problem, target) is None

@@ -28,12 +28,14 @@ from factory import abi, numerics
 from factory.backends import BackendKind, CompiledBinary, DeviceInfo
 from factory.catalog import Instance
 from factory.codegen import render
+from factory.device import target_for
 from factory.ops import solver_for
 from factory.ops.base import Launch, Role, buffers_of
 from factory.selector import lookup
 from factory.tuner import TuneSettings
 
 DEVICE = DeviceInfo(BackendKind.CUDA, "sm_90", "Fake H100", 132, "13000", "nvrtc 13.0")
+FAKE_TARGET = target_for(DEVICE)  # what the tuner sees on it: an sm_90 GPU, wgmma included
 FAKE_COMPILER = "fake-compiler 1"
 _MAGIC = b"FAKE"
 # Fast enough for tests, and valid for the tuner's statistics (the IQR needs two samples).
@@ -104,7 +106,7 @@ class FakeGPU:
         self.solver = solver_for(problem.op)
         self.specs = {s.name: s for s in self.solver.tensors(problem)}
         self._by_digest: dict[bytes, Instance] = {
-            hashlib.sha256(render(c).encode()).digest(): c for c in lookup(problem)
+            hashlib.sha256(render(c).encode()).digest(): c for c in lookup(problem, target=target_for(device))
         }
         self._sizes: dict[int, int] = {}
         self._data: dict[int, bytearray] = {}

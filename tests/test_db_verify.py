@@ -18,7 +18,7 @@ from factory.ops.groupnorm_bwd import GroupNormProblem
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.recheck import Action, Trigger, recheck_winners
 from factory.selector import UnreadableKey, lookup, problem_from_key
-from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
+from fake_gpu import FAKE_TARGET, DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
 from tuning_db import Measurement, TuningDB
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
@@ -32,7 +32,7 @@ OLD_DRIVER = dataclasses.replace(DEVICE, driver_version="12080")
 
 
 def fastest(problem: Any, exclude: frozenset[str] = frozenset(), us: dict[str, float] | None = None) -> str:
-    return min((c.name for c in lookup(problem) if c.name not in exclude), key=lambda n: (us or {}).get(n, fake_us(n)))
+    return min((c.name for c in lookup(problem, target=FAKE_TARGET) if c.name not in exclude), key=lambda n: (us or {}).get(n, fake_us(n)))
 
 
 class Switchboard:
@@ -129,7 +129,7 @@ def test_verify_keeps_retunes_and_lists_what_is_not_served(tuned):
         assert db.best(GONE.key, DEVICE).instance == RETIRED  # reported, not touched
 
         # Re-tuning measured every candidate again: the fresh run's times decided.
-        assert len(db.measurements(SLOW.key, DEVICE)) == 2 * len(lookup(SLOW)) + 1
+        assert len(db.measurements(SLOW.key, DEVICE)) == 2 * len(lookup(SLOW, target=FAKE_TARGET)) + 1
 
 
 def test_verify_command_prints_the_table_and_json(capsys, tuned, monkeypatch):

@@ -251,6 +251,12 @@ CASES = [
     Case("mma-atomic-bilinear", "mma", R.ATOMIC, L.NGCHW_GKYXC, D.BF16_FP32W, "N=2,G=1,C=3,K=4,input=5x6x8,filter=3x3x3,pad=1,alpha=-1.5,beta=0.5"),
     Case("mma-twostage-scale", "mma", R.TWOSTAGE, L.NHWGC, D.BF16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25"),
     Case("mma-twostage-bilinear", "mma", R.TWOSTAGE, L.NHWGC, D.BF16_FP32W, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25,beta=3"),
+    Case("wgmma-direct-scale", "wgmma", R.DIRECT, L.GNHWC, D.BF16, "N=2,G=2,C=8,K=16,input=9x10,filter=3x3,stride=2,pad=1,alpha=-0.75"),
+    Case("wgmma-direct-bilinear", "wgmma", R.DIRECT, L.NHWGC, D.FP16, "N=1,G=1,C=16,K=24,input=23x19,filter=3x3,stride=2,pad=2,dilation=2,alpha=0.5,beta=-1.25"),
+    Case("wgmma-atomic-scale", "wgmma", R.ATOMIC, L.GNHWC, D.FP16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2,alpha=2.5"),
+    Case("wgmma-atomic-bilinear", "wgmma", R.ATOMIC, L.NHWGC, D.BF16_FP32W, "N=2,G=1,C=3,K=4,input=8x8x9,filter=3x3x3,pad=1,alpha=-1.5,beta=0.5"),
+    Case("wgmma-twostage-scale", "wgmma", R.TWOSTAGE, L.NHWGC, D.BF16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25"),
+    Case("wgmma-twostage-bilinear", "wgmma", R.TWOSTAGE, L.GNHWC, D.BF16_FP32W, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25,beta=3"),
 ]
 
 

@@ -40,7 +40,7 @@ from factory.backends import BackendError, BackendKind
 from factory.catalog import select_instances
 from factory.problem import DType, Layout, Op, parse_conv_problem
 from factory.selector import lookup
-from fake_gpu import DEVICE, FakeGPU, install_fake_compiler
+from fake_gpu import FAKE_TARGET, DEVICE, FakeGPU, install_fake_compiler
 from tuning_db import Measurement, TuningDB
 
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE", "") == "thorough"
@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 SPEC = "N=2,G=8,C=1,K=1,input=9x9,filter=3x3,pad=1"
 CELL = ["--layout", "NHWGC", "--dtype", "fp16"]
 PROBLEM = parse_conv_problem(SPEC, Layout.NHWGC, DType.FP16)
-NAMES = sorted(c.name for c in lookup(PROBLEM))
+NAMES = sorted(c.name for c in lookup(PROBLEM, target=FAKE_TARGET))
 # A small generate: a handful of instances.
 GEN_ARGS = ["--layout", "GNHWC", "--dtype", "fp16", "--ndim", "1", "--family", "dw"]
 GEN_NAMES = sorted(i.name for i in select_instances(Op.CONV_BWD_WEIGHT, Layout.GNHWC, DType.FP16, 1, "dw"))

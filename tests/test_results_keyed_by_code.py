@@ -23,14 +23,14 @@ from factory.problem import DType, Layout, parse_conv_problem
 from factory.recheck import Action, recheck_winners
 from factory.selector import SERVED, Refused, heuristic_pick, lookup, stored_choice
 from factory.sources import hash_of
-from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, isolate
+from fake_gpu import FAKE_TARGET, DEVICE, SETTINGS, FakeGPU, code_of, fake_us, isolate
 from tuning_db import SCHEMA_VERSION, Measurement, TuningDB
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
 
 SPEC = "N=2,G=8,C=1,K=1,input=9x9,filter=3x3,pad=1"
 PROBLEM = parse_conv_problem(SPEC, Layout.NHWGC, DType.FP16)
-NAMES = [c.name for c in lookup(PROBLEM)]
+NAMES = [c.name for c in lookup(PROBLEM, target=FAKE_TARGET)]
 TUNED = next(n for n in NAMES if n != heuristic_pick(PROBLEM).name)
 OLD_CODE = "0" * 64
 
@@ -158,7 +158,7 @@ def test_a_template_edit_re_tunes_what_it_changed(monkeypatch, tmp_path):
 
     def edited_gpu() -> FakeGPU:
         gpu = FakeGPU(PROBLEM)
-        gpu._by_digest.update({hashlib.sha256(render_edited(c).encode()).digest(): c for c in lookup(PROBLEM)})
+        gpu._by_digest.update({hashlib.sha256(render_edited(c).encode()).digest(): c for c in lookup(PROBLEM, target=FAKE_TARGET)})
         return gpu
 
     factory.sources.forget()
@@ -258,7 +258,7 @@ def test_select_reads_the_db_once_until_it_changes_and_sees_other_writers(tmp_pa
 def test_verify_names_a_renamed_family_and_older_code(tmp_path):
     renamed = TUNED.replace(f"_{instance_by_name(TUNED).family}_", "_oldfamily_", 1)
     other = parse_conv_problem("N=1,G=4,C=1,K=1,input=8x8,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
-    stale = lookup(other)[0].name
+    stale = lookup(other, target=FAKE_TARGET)[0].name
     with TuningDB(str(tmp_path / "v.sqlite")) as db:
         db.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [ok(renamed, 1.0, OLD_CODE)])
         db.record(other.key, other.op.value, DEVICE, [ok(stale, 1.0, OLD_CODE)])

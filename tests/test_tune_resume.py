@@ -24,13 +24,13 @@ import factory.backends
 from factory import api, cli
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.selector import lookup
-from fake_gpu import DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
+from fake_gpu import FAKE_TARGET, DEVICE, SETTINGS, FakeGPU, code_of, fake_us, install_fake_compiler
 from tuning_db import Measurement, TuningDB
 
 FAKE_GPU = Path(__file__).with_name("fake_gpu.py")
 SPEC = "N=2,G=8,C=1,K=1,input=9x9,filter=3x3,pad=1"  # 24 candidates over three families
 PROBLEM = parse_conv_problem(SPEC, Layout.NHWGC, DType.FP16)
-NAMES = [c.name for c in lookup(PROBLEM)]
+NAMES = [c.name for c in lookup(PROBLEM, target=FAKE_TARGET)]
 # The two fastest by time compute wrong results: a winner must be verified, not just fast.
 WRONG = frozenset(sorted(NAMES, key=fake_us)[:2])
 DELAY_S = 0.03  # per candidate

@@ -8,17 +8,11 @@ agree with aten.convolution_backward as `kfactory bench` requires."""
 import numpy as np
 import pytest
 
-from factory.api import SelectMode, select
-from factory.backends import BackendKind
-from factory.bench.check import compare_outputs
-from factory.bench.runner import make_tensors, poison
 from factory.device import target_for
-from factory.compile_cache import CompileJob, compile_many
-from factory.ops.base import Role
-from factory.sources import source_of
 from factory.ops.conv_bwd_weight import SOLVER
-from factory.problem import DType, Layout, UnsupportedProblem, parse_conv_problem
+from factory.problem import DType, Layout, parse_conv_problem
 from factory.selector import lookup
+from gpu_against_torch import run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -69,35 +63,16 @@ def test_matrix_families_match_pytorch_on_random_problems(family, gpu_backend):
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
-    info = gpu_backend.device_info()
-    target = target_for(info)
-    ran, failures, picks = 0, [], []
+    target = target_for(gpu_backend.device_info())
+    picks, failures = [], []
     for problem in problems(family):
         mine = [c for c in lookup(problem, target=target) if c.family == family]
-        best = max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target)) if mine else None
-        picks.append((problem, best))
-    # Compile the picks in worker processes first (the compile cache then serves select()).
-    chosen = {best.name: best for _, best in picks if best is not None}
-    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, c.compile_arch(info.arch)) for n, c in chosen.items()])
-    for i, (problem, best) in enumerate(picks):
-        if best is None:
+        if not mine:
             failures.append(f"{problem.key}: no {family} instance applies")
             continue
-        kernel = select(problem, mode=SelectMode.FORCE, instance=best.name, backend=gpu_backend)
-        specs = list(SOLVER.tensors(problem))
-        tensors = make_tensors(specs, torch.device("cuda"), SEED + i)
-        try:
-            baseline = SOLVER.torch_baseline(problem, {s.name: tensors[s.name] for s in specs if s.role is Role.INPUT})
-        except UnsupportedProblem:
-            continue
-        poison(specs, tensors)
-        kernel.run(**tensors)
-        baseline.run()
-        torch.cuda.synchronize()
-        agreement = compare_outputs(specs, tensors, baseline.outputs())
-        ran += 1
-        if not agreement.ok:
-            failures.append(f"{best.name} on {problem.key}: {agreement.message}")
+        picks.append((problem, max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target))))
+    ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
+    failures += disagreements
     print(f"{ran} random problems run against PyTorch, {len(failures)} failed")
     assert not failures, "\n".join(failures)
     assert ran == COUNT

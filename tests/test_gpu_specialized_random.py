@@ -10,17 +10,11 @@ must agree with aten.convolution_backward as `kfactory bench` requires."""
 import numpy as np
 import pytest
 
-from factory.api import SelectMode, select
-from factory.backends import BackendKind
-from factory.bench.check import compare_outputs
-from factory.bench.runner import make_tensors, poison
 from factory.catalog import specialized_instances
-from factory.compile_cache import CompileJob, compile_many
 from factory.device import target_for
-from factory.ops.base import Role
 from factory.ops.conv_bwd_weight import SOLVER
-from factory.problem import DType, Layout, UnsupportedProblem, parse_conv_problem
-from factory.sources import source_of
+from factory.problem import DType, Layout, parse_conv_problem
+from gpu_against_torch import run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -62,8 +56,7 @@ def test_specialized_instances_match_pytorch_on_random_shapes(gpu_backend):
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
-    info = gpu_backend.device_info()
-    target = target_for(info)
+    target = target_for(gpu_backend.device_info())
     runs, missing = [], []
     for problem in problems():
         mine = [c for c in specialized_instances(problem) if c.why_not(problem, target) is None]
@@ -74,25 +67,7 @@ def test_specialized_instances_match_pytorch_on_random_shapes(gpu_backend):
         fewest = min(mine, key=lambda c: (c.params.split_k, c.name))
         runs += [(problem, c) for c in dict.fromkeys((best, fewest))]
     assert not missing, f"no specialized instance applies to: {missing}"
-    chosen = {c.name: c for _, c in runs}
-    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, c.compile_arch(info.arch)) for n, c in chosen.items()])
-    ran, failures = 0, []
-    for i, (problem, inst) in enumerate(runs):
-        kernel = select(problem, mode=SelectMode.FORCE, instance=inst.name, backend=gpu_backend)
-        specs = list(SOLVER.tensors(problem))
-        tensors = make_tensors(specs, torch.device("cuda"), SEED + i)
-        try:
-            baseline = SOLVER.torch_baseline(problem, {s.name: tensors[s.name] for s in specs if s.role is Role.INPUT})
-        except UnsupportedProblem:
-            continue
-        poison(specs, tensors)
-        kernel.run(**tensors)
-        baseline.run()
-        torch.cuda.synchronize()
-        agreement = compare_outputs(specs, tensors, baseline.outputs())
-        ran += 1
-        if not agreement.ok:
-            failures.append(f"{inst.name} on {problem.key}: {agreement.message}")
+    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
     shapes = len({p.key for p, _ in runs})
     print(f"{ran} runs of specialized instances on {shapes} random shapes against PyTorch, {len(failures)} failed")
     assert not failures, "\n".join(failures)

@@ -229,32 +229,29 @@ __device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, 
   }
 }
 
+// f(accumulator, its index among the thread's FM x FN x C_ELEMS) for each of a thread's accumulators.
+template <class Cfg, class F>
+__device__ __forceinline__ void for_each_acc(kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], F f) {
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int e = 0; e < kf_mma::C_ELEMS; ++e) f(acc[i][j].x[e], (i * Cfg::FN + j) * kf_mma::C_ELEMS + e);
+}
+
 // Slices 1.. leave their accumulators in shared memory (the pipelines' space, free once every slice is
 // done) and slice 0 adds them to its own; true for the threads that go on to store the tile.
 template <class Cfg>
 __device__ __forceinline__ bool sum_slices(kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], float* space, int slice, int local) {
   constexpr int PER = Cfg::FM * Cfg::FN * kf_mma::C_ELEMS;  // accumulators per thread
+  const auto at = [&](int s, int k) -> float& { return space[((s - 1) * PER + k) * Cfg::SLICE_THREADS + local]; };
   wait<0>();
   __syncthreads();  // every slice has finished with its stages
-  if (slice > 0) {
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-        for (int e = 0; e < kf_mma::C_ELEMS; ++e)
-          space[((slice - 1) * PER + (i * Cfg::FN + j) * kf_mma::C_ELEMS + e) * Cfg::SLICE_THREADS + local] = acc[i][j].x[e];
-  }
+  if (slice > 0) for_each_acc<Cfg>(acc, [&](float& v, int k) { at(slice, k) = v; });
   __syncthreads();
   if (slice > 0) return false;
-  for (int s = 1; s < Cfg::SLICES; ++s)
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-        for (int e = 0; e < kf_mma::C_ELEMS; ++e)
-          acc[i][j].x[e] += space[((s - 1) * PER + (i * Cfg::FN + j) * kf_mma::C_ELEMS + e) * Cfg::SLICE_THREADS + local];
+  for (int s = 1; s < Cfg::SLICES; ++s) for_each_acc<Cfg>(acc, [&](float& v, int k) { v += at(s, k); });
   return true;
 }
 
@@ -277,12 +274,7 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
   int wm, wn;
   Cfg::warp_origin(warp, wm, wn);
   kf_mma::FragC acc[Cfg::FM][Cfg::FN];
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-      for (int e = 0; e < kf_mma::C_ELEMS; ++e) acc[i][j].x[e] = 0.0f;
+  for_each_acc<Cfg>(acc, [](float& v, int) { v = 0.0f; });
 
   const Chunks<Cfg, Op> chunks(op, m0, n0);
   const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;

@@ -79,20 +79,23 @@ class MmaParams:
         )
 
     def template_values(self) -> dict[str, Any]:
-        return {
-            "engine": "mma",
-            "block_m": self.block_m,
-            "block_n": self.block_n,
-            "block_k": self.block_k,
-            "warps_m": self.warps_m,
-            "warps_n": self.warps_n,
-            "threads": self.threads,
-            "stages": self.stages,
-            "vector_a": self.vector_a,
-            "vector_b": self.vector_b,
-            "reduce_mode": self.reduction.mode,
-            "index_type": "int" if self.index_bits == 32 else "long long",
-        }
+        return {**gemm_template_values(self, "mma"), "warps_m": self.warps_m, "warps_n": self.warps_n}
+
+
+def gemm_template_values(p: Any, engine: str) -> dict[str, Any]:
+    """What templates/conv_bwd_weight/mma.hip.j2 takes from any of its engines' params."""
+    return {
+        "engine": engine,
+        "block_m": p.block_m,
+        "block_n": p.block_n,
+        "block_k": p.block_k,
+        "threads": p.threads,
+        "stages": p.stages,
+        "vector_a": p.vector_a,
+        "vector_b": p.vector_b,
+        "reduce_mode": p.reduction.mode,
+        "index_type": "int" if p.index_bits == 32 else "long long",
+    }
 
 
 class Mma(BwdWeightFamily):

@@ -16,7 +16,7 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Family
 from ..conv import layouts as cl
 from .common import ALL_CELLS, Reduction, check_split
-from .mma import Mma
+from .mma import Mma, gemm_template_values
 
 GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
 GROUP_THREADS = 128
@@ -88,21 +88,8 @@ class WgmmaParams:
         )
 
     def template_values(self) -> dict[str, Any]:
-        return {
-            "engine": "wgmma",
-            "block_m": self.block_m,
-            "block_n": self.block_n,
-            "block_k": self.block_k,
-            "groups_m": self.groups_m,
-            "groups_n": self.groups_n,
-            "slices": self.slices,
-            "threads": self.threads,
-            "stages": self.stages,
-            "vector_a": self.vector_a,
-            "vector_b": self.vector_b,
-            "reduce_mode": self.reduction.mode,
-            "index_type": "int" if self.index_bits == 32 else "long long",
-        }
+        return {**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m, "groups_n": self.groups_n,
+                "slices": self.slices}
 
 
 class Wgmma(Mma):

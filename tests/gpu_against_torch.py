@@ -1,0 +1,44 @@
+"""Run chosen instances on PyTorch tensors and compare them with PyTorch's own op, as `kfactory bench` does."""
+
+from typing import Any, Sequence
+
+from factory.api import SelectMode, select
+from factory.backends import BackendKind
+from factory.compile_cache import CompileJob, compile_many
+from factory.bench.check import compare_outputs
+from factory.bench.runner import make_tensors, poison
+from factory.ops import solver_for
+from factory.ops.base import Role
+from factory.problem import UnsupportedProblem
+from factory.sources import source_of
+
+
+def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int) -> tuple[int, list[str]]:
+    """Each (problem, instance) through Kernel.run on fresh random CUDA tensors (outputs poisoned first),
+    then checked against the op's PyTorch baseline on the same inputs. Returns how many ran and one line
+    per disagreement; a problem PyTorch cannot compute is left out."""
+    import torch
+
+    # Compile in worker processes first (the compile cache then serves select()).
+    arch = backend.device_info().arch
+    chosen = {inst.name: inst for _, inst in runs}
+    compile_many(BackendKind.CUDA, [CompileJob(n, source_of(c).text, c.compile_arch(arch)) for n, c in chosen.items()])
+    ran, failures = 0, []
+    for i, (problem, inst) in enumerate(runs):
+        solver = solver_for(problem.op)
+        kernel = select(problem, mode=SelectMode.FORCE, instance=inst.name, backend=backend)
+        specs = list(solver.tensors(problem))
+        tensors = make_tensors(specs, torch.device("cuda"), seed + i)
+        try:
+            baseline = solver.torch_baseline(problem, {s.name: tensors[s.name] for s in specs if s.role is Role.INPUT})
+        except UnsupportedProblem:
+            continue
+        poison(specs, tensors)
+        kernel.run(**tensors)
+        baseline.run()
+        torch.cuda.synchronize()
+        agreement = compare_outputs(specs, tensors, baseline.outputs())
+        ran += 1
+        if not agreement.ok:
+            failures.append(f"{inst.name} on {problem.key}: {agreement.message}")
+    return ran, failures

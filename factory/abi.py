@@ -38,20 +38,20 @@ def _scalar(value: Buf | I32 | F32) -> int | float:
 class PackedArgs:
     """One launch's arguments as ctypes values, in kernel-parameter order, and where its pointers go.
 
-    `slots` are (ctypes object, attribute, buffer name): a scalar pointer argument is written through
-    its `value`, a pointer inside a struct through the struct's field.
+    `slots` are (ctypes object, attribute, buffer): a scalar pointer argument is written through its
+    `value`, a pointer inside a struct through the struct's field; the buffer's offset is added.
     """
 
     values: list[Any]
-    slots: list[tuple[Any, str, str]] = field(default_factory=list)
+    slots: list[tuple[Any, str, Buf]] = field(default_factory=list)
 
     def bind(self, pointers: Mapping[str, int]) -> None:
-        for obj, attr, name in self.slots:
-            setattr(obj, attr, pointers[name])
+        for obj, attr, buf in self.slots:
+            setattr(obj, attr, pointers[buf.name] + buf.offset)
 
     def bound(self) -> dict[str, int]:
-        """The pointer now bound to each buffer name the arguments use."""
-        return {name: getattr(obj, attr) for obj, attr, name in self.slots}
+        """The pointer now bound to each buffer name the arguments use (its start, offsets taken away)."""
+        return {buf.name: getattr(obj, attr) - buf.offset for obj, attr, buf in self.slots}
 
 
 def pack(args: Sequence[LaunchArg]) -> PackedArgs:
@@ -60,11 +60,11 @@ def pack(args: Sequence[LaunchArg]) -> PackedArgs:
     for arg in args:
         if isinstance(arg, Struct):
             value = ctype_of(arg)(*(_scalar(v) for _, v in arg.fields))
-            packed.slots += [(value, name, v.name) for name, v in arg.fields if isinstance(v, Buf)]
+            packed.slots += [(value, name, v) for name, v in arg.fields if isinstance(v, Buf)]
         elif isinstance(arg, (Buf, I32, F32)):
             value = _FIELD_CTYPES[type(arg)](_scalar(arg))
             if isinstance(arg, Buf):
-                packed.slots.append((value, "value", arg.name))
+                packed.slots.append((value, "value", arg))
         else:
             raise TypeError(f"unknown launch argument {arg!r}")
         packed.values.append(value)
@@ -76,9 +76,9 @@ def bound_pointers(args: Sequence[LaunchArg], values: Sequence[Any]) -> dict[str
     out: dict[str, int] = {}
     for arg, value in zip(args, values, strict=True):
         if isinstance(arg, Struct):
-            out.update({v.name: getattr(value, name) for name, v in arg.fields if isinstance(v, Buf)})
+            out.update({v.name: getattr(value, name) - v.offset for name, v in arg.fields if isinstance(v, Buf)})
         elif isinstance(arg, Buf):
-            out[arg.name] = value.value
+            out[arg.name] = value.value - arg.offset
     return out
 
 

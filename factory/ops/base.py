@@ -46,6 +46,7 @@ class TensorSpec:
 @dataclass(frozen=True)
 class Buf:
     name: str  # a TensorSpec name, or "workspace"
+    offset: int = 0  # bytes into the buffer (a plan's workspace holds several regions)
 
 
 @dataclass(frozen=True)

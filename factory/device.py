@@ -28,6 +28,7 @@ class MatrixUnit(enum.Enum):
     """Matrix instructions a kernel may be built on; a family names the ones its instances need."""
 
     MMA_SYNC = "mma.sync"  # NVIDIA sm_80+: warp-level mma.sync, ldmatrix, cp.async
+    MMA_FP8 = "mma.sync fp8"  # NVIDIA sm_89+: mma.sync on e4m3 / e5m2 operands
     WGMMA = "wgmma"  # NVIDIA sm_90a: warpgroup MMA from shared-memory descriptors
     MFMA = "mfma"  # AMD CDNA (gfx908, gfx90a, gfx94x): 64-lane wavefront matrix fused multiply-add
 
@@ -58,7 +59,8 @@ class DeviceTarget:
 
 
 _MMA = frozenset({MatrixUnit.MMA_SYNC})
-_WGMMA = frozenset({MatrixUnit.MMA_SYNC, MatrixUnit.WGMMA})
+_MMA_FP8 = _MMA | {MatrixUnit.MMA_FP8}
+_WGMMA = _MMA_FP8 | {MatrixUnit.WGMMA}
 _MFMA = frozenset({MatrixUnit.MFMA})
 
 # Shipped descriptions, by the name `--target` takes; processor counts are the common part of each arch.
@@ -67,8 +69,8 @@ TARGETS: dict[str, DeviceTarget] = {
     for t in (
         DeviceTarget("sm_80", Vendor.NVIDIA, 108, 32, 48 * 1024, 163 * 1024, 2048, _MMA),  # A100
         DeviceTarget("sm_86", Vendor.NVIDIA, 84, 32, 48 * 1024, 99 * 1024, 1536, _MMA),  # RTX A6000 class
-        DeviceTarget("sm_89", Vendor.NVIDIA, 128, 32, 48 * 1024, 99 * 1024, 1536, _MMA),  # L40 / RTX 4090 class
-        DeviceTarget("sm_90", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _MMA),  # H100 SXM
+        DeviceTarget("sm_89", Vendor.NVIDIA, 128, 32, 48 * 1024, 99 * 1024, 1536, _MMA_FP8),  # L40 / RTX 4090 class
+        DeviceTarget("sm_90", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _MMA_FP8),  # H100 SXM
         DeviceTarget("sm_90a", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _WGMMA),  # H100, Hopper-only ISA
         DeviceTarget("gfx908", Vendor.AMD, 120, 64, 64 * 1024, 64 * 1024, 2560, _MFMA),  # MI100
         DeviceTarget("gfx90a", Vendor.AMD, 110, 64, 64 * 1024, 64 * 1024, 2048, _MFMA),  # MI210 / MI250X GCD

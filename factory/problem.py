@@ -108,6 +108,9 @@ class DType(enum.Enum):
     BF16_FP32W = "bf16_fp32w"  # bf16 tensors, fp32 weight-gradient
     FP32 = "fp32"
     INT8 = "int8"  # int8 tensors, int32 accumulation and int32 weight-gradient
+    # fp16 tensors multiplied as fp8: the input rounded to e4m3, the output-gradient to e5m2 (bf8) inside
+    # the kernel; fp32 accumulation, fp16 weight-gradient. Accuracy is that of fp8 operands.
+    FP16_COMP_BF8_FP8 = "fp16_comp_bf8_fp8"
 
     @property
     def tensor(self) -> "Scalar":
@@ -117,6 +120,7 @@ class DType(enum.Enum):
             "bf16_fp32w": Scalar.BF16,
             "fp32": Scalar.F32,
             "int8": Scalar.I8,
+            "fp16_comp_bf8_fp8": Scalar.F16,
         }[self.value]
 
     @property
@@ -127,6 +131,7 @@ class DType(enum.Enum):
             "bf16_fp32w": Scalar.F32,
             "fp32": Scalar.F32,
             "int8": Scalar.I32,
+            "fp16_comp_bf8_fp8": Scalar.F16,
         }[self.value]
 
     @property

@@ -5,7 +5,7 @@ from typing import Any, Sequence
 from factory.api import SelectMode, select
 from factory.backends import BackendKind
 from factory.compile_cache import CompileJob, compile_many
-from factory.bench.check import compare_outputs
+from factory.bench.check import agreement_floor, compare_outputs
 from factory.bench.runner import make_tensors, poison
 from factory.ops import solver_for
 from factory.ops.base import Role
@@ -37,7 +37,7 @@ def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int
         kernel.run(**tensors)
         baseline.run()
         torch.cuda.synchronize()
-        agreement = compare_outputs(specs, tensors, baseline.outputs())
+        agreement = compare_outputs(specs, tensors, baseline.outputs(), agreement_floor(problem.dtype))
         ran += 1
         if not agreement.ok:
             failures.append(f"{inst.name} on {problem.key}: {agreement.message}")

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from factory import cli
 from factory.bench import add_bench_parser
 from factory.bench import command as bench_command
-from factory.bench.check import compare_outputs
+from factory.bench.check import agreement_floor, compare_outputs
 from factory.bench.compare import compare_runs, load_results, print_comparison
 from factory.bench.model import BenchError, BenchItem, Case, Ceilings, Row, Status, Timing
 from factory.bench.report import COLUMNS, geomeans, print_table, record, write_all, write_json
@@ -166,6 +166,11 @@ def test_compare_outputs_bounds():
     exact = torch.linspace(-1, 1, math.prod(shape)).reshape(shape) * 3.3
     verdict = compare_outputs(CONV.tensors(p32), {"grad_weight": exact}, {"grad_weight": exact.bfloat16()})
     assert verdict.ok and verdict.tolerance == 1.6e-2 and verdict.max_rel_err > 1e-4
+    # fp16 computed as fp8: the operands' rounding is the floor, and it still bounds.
+    floor = agreement_floor(DType.FP16_COMP_BF8_FP8)
+    assert floor == 2.0**-3 and agreement_floor(DType.FP16) == 0.0
+    assert compare_outputs(specs, {"grad_weight": (ref.float() + 0.5).half()}, {"grad_weight": ref}, floor).ok
+    assert not compare_outputs(specs, {"grad_weight": (ref.float() + 1.5).half()}, {"grad_weight": ref}, floor).ok
 
 
 # --- the conv PyTorch baseline, on CPU ----------------------------------------------------------------

@@ -38,6 +38,7 @@ from factory.catalog import (
     specialized_instances,
 )
 from factory.ops import implemented_ops, solver_for
+from factory.ops.conv_bwd_weight.common import TABLE_DTYPES
 from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Struct, buffers_of
 from factory.problem import ConvProblem, DType, Layout, Op, parse_conv_problem, supported_cells_text
 from factory.selector import explain, lookup
@@ -164,8 +165,9 @@ def test_op_fills_exactly_its_supported_cells(instances: tuple[Instance, ...], o
 
 
 def test_conv_bwd_weight_dl_covers_every_layout_dtype_and_rank(instances: tuple[Instance, ...]) -> None:
-    """The portable family is the fallback for every conv problem: all 4 layouts x 5 dtypes x 3 ranks."""
-    expected = set(itertools.product(Layout, DType, (1, 2, 3)))
+    """The portable family is the fallback for every cell of the tables: 4 layouts x 5 dtypes x 3 ranks
+    (fp16 computed as fp8 exists only where fp8 matrix instructions do)."""
+    expected = set(itertools.product(Layout, TABLE_DTYPES, (1, 2, 3)))
     assert len(expected) == 60
     assert covered_cells(instances, Op.CONV_BWD_WEIGHT, "dl") == expected
 
@@ -187,8 +189,7 @@ class Case:
 
 
 DEPTHWISE = frozenset({"dw"})
-GEMM_ONLY = frozenset({"dl"})
-GEMM = frozenset({"dl", "mma"})  # 16-bit operands: the matrix-instruction family too
+GEMM = frozenset({"dl", "mma"})  # the matrix-instruction family too
 CASES = [
     Case("depthwise-2d", Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1",
          frozenset({"dl", "dw", "dwt"})),
@@ -199,7 +200,7 @@ CASES = [
     Case("grouped-2d-few-channels", Layout.NGCHW_GKYXC, DType.FP32,
          "N=2,G=8,C=2,K=2,input=15x15,filter=3x3,stride=2,pad=1", frozenset({"dl", "dw"}), frozenset({"dl", "dw", "mma"})),
     Case("grouped-3d", Layout.GNHWC, DType.INT8, "N=2,G=4,C=8,K=8,input=5x6x7,filter=3x3x3,pad=1",
-         GEMM_ONLY, GEMM_ONLY),
+         GEMM, GEMM),  # int8 on s8 matrix instructions
     Case("dense-2d-1x1", Layout.NHWGC, DType.BF16_FP32W, "N=2,G=1,C=64,K=32,input=14x14,filter=1x1", GEMM, GEMM),
     Case("dense-2d-large", Layout.NGCHW, DType.FP16, "N=256,G=1,C=256,K=256,input=56x56,filter=3x3,pad=1",
          GEMM, GEMM),

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -38,7 +39,7 @@ WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 
 ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
 EM_AMDGPU = 224
-EF_AMDGPU_MACH = {"gfx908": 0x30, "gfx90a": 0x3F}  # e_flags & 0xff of an AMDGPU code object
+EF_AMDGPU_MACH = {"gfx908": 0x30, "gfx90a": 0x3F, "gfx940": 0x40}  # e_flags & 0xff of an AMDGPU code object
 
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(')
 
@@ -223,9 +224,14 @@ def nvrtc_failures(instances: list[Instance], cache: Path, monkeypatch: pytest.M
     return failures
 
 
+def nvidia_instances() -> list[Instance]:
+    """What an H100 can run (AMD's matrix-core family is compiled by the hip tests below)."""
+    return runs_on("sm_90a", all_instances())
+
+
 @needs_nvrtc
 def test_nvrtc_compiles_one_instance_per_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    reps = cell_representatives(all_instances())
+    reps = cell_representatives(nvidia_instances())
     failures = nvrtc_failures(list(reps.values()), tmp_path / "cache", monkeypatch)
     assert not failures, failure_report(failures, len(reps), f"NVRTC {CUDA_ARCH}, one instance per cell")
 
@@ -233,7 +239,7 @@ def test_nvrtc_compiles_one_instance_per_cell(tmp_path: Path, monkeypatch: pytes
 @needs_nvrtc
 @pytest.mark.slow
 def test_nvrtc_compiles_every_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    instances = list(all_instances())
+    instances = nvidia_instances()
     failures = nvrtc_failures(instances, tmp_path / "cache", monkeypatch)
     assert not failures, failure_report(failures, len(instances), f"NVRTC {CUDA_ARCH}, every instance")
 
@@ -243,7 +249,7 @@ def test_cuda_backend_compile_needs_no_device() -> None:
     """Backend.compile is the device-free compiler: a backend that never opened a device compiles too."""
     from factory.backends.cuda import CudaBackend, nvrtc_version
 
-    inst = next(iter(cell_representatives(all_instances()).values()))
+    inst = next(iter(cell_representatives(nvidia_instances()).values()))
     source = codegen.render(inst)
     bare = CudaBackend.__new__(CudaBackend)
     result = bare.compile(source, CUDA_ARCH)
@@ -268,7 +274,7 @@ def test_binary_check_rejects_wrong_binaries() -> None:
     """The binary checks can fail: another SM, another machine, a renamed kernel, nothing at all."""
     from factory.backends.cuda import compile_cuda
 
-    source = codegen.render(next(iter(cell_representatives(all_instances()).values())))
+    source = codegen.render(next(iter(cell_representatives(nvidia_instances()).values())))
     blob = compile_cuda(source, CUDA_ARCH).binary
     assert binary_problems(blob, source, EM_CUDA, CUDA_ARCH) == []
     assert any("sm_90" in p for p in binary_problems(blob, source, EM_CUDA, "sm_80"))
@@ -288,7 +294,6 @@ def test_declared_kernels_skips_conditional_ones() -> None:
 # --- hipcc, offline ----------------------------------------------------------------------------------
 
 
-@needs_hipcc
 def runs_on(arch: str, instances: Iterable[Instance]) -> list[Instance]:
     """The instances a device of `arch` can run at all (a family built on another vendor's matrix
     instructions is not compiled for it)."""
@@ -296,6 +301,7 @@ def runs_on(arch: str, instances: Iterable[Instance]) -> list[Instance]:
     return [i for i in instances if solver_for(i.op).families[i.family].why_not_on(i.params, target) is None]
 
 
+@needs_hipcc
 def test_hipcc_compiles_one_instance_per_cell(tmp_path: Path) -> None:
     """hipcc runs as a child process per compile, so a thread per worker keeps WORKERS compilers busy."""
     reps = cell_representatives(runs_on(HIP_ARCH, all_instances()))
@@ -315,6 +321,45 @@ def test_hipcc_compiles_one_instance_per_cell(tmp_path: Path) -> None:
         results = list(pool.map(build, sorted(reps.items())))
     failures = {key: why for key, why in results if why is not None}
     assert not failures, failure_report(failures, len(reps), f"hipcc {HIP_ARCH}, one instance per cell")
+
+
+MFMA_ARCHS = ("gfx90a", "gfx940")
+
+
+def amdgpu_disassembler() -> str | None:
+    """An llvm-objdump that knows the AMDGPU targets (Debian's hipcc brings one in its LLVM)."""
+    found = sorted(Path("/usr/lib").glob("llvm-*/bin/llvm-objdump"), key=lambda p: int(p.parts[-3].split("-")[1]))
+    return str(found[-1]) if found else shutil.which("llvm-objdump")
+
+
+@needs_hipcc
+@pytest.mark.parametrize("arch", MFMA_ARCHS)
+def test_hipcc_builds_the_mfma_family_on_matrix_cores(arch: str, tmp_path: Path) -> None:
+    """One `mfma` instance per dtype compiles for CDNA2 and CDNA3, and its code issues MFMA instructions
+    (the 16x16 forms of templates/common/mfma.h), not a fallback."""
+    reps = cell_representatives(i for i in runs_on(arch, all_instances()) if i.family == "mfma")
+    sample = [i for i in hiprtc_sample(reps) if i.family == "mfma"]
+    assert {i.dtype.value for i in sample} == {"fp16", "bf16", "bf16_fp32w", "fp32"}
+    objdump = amdgpu_disassembler()
+    failures: dict[str, str] = {}
+    for inst in sample:
+        source = codegen.render(inst)
+        try:
+            blob = compile_with_hipcc(source, arch, tmp_path / inst.name)
+        except BackendError as exc:
+            failures[inst.name] = first_lines(getattr(exc, "log", "") or str(exc))
+            continue
+        problems = binary_problems(blob, source, EM_AMDGPU, arch)
+        if objdump and not problems:
+            code = tmp_path / f"{inst.name}.hsaco"
+            code.write_bytes(blob)
+            listing = subprocess.run([objdump, "-d", f"--mcpu={arch}", str(code)],
+                                     capture_output=True, text=True, check=True).stdout
+            if not re.search(r"v_mfma_(f32|i32)_16x16x", listing):
+                problems.append("no 16x16 v_mfma instruction in the disassembly")
+        if problems:
+            failures[inst.name] = "; ".join(problems)
+    assert not failures, failure_report(failures, len(sample), f"hipcc {arch}, mfma family")
 
 
 # --- hiprtc, in child processes whose loader finds libhiprtc.so ---------------------------------------

@@ -106,6 +106,18 @@ CASES = [
          lambda p: p.vector_a == 4),
     Case("mma-nhwgc-bf16w-2d-n1-s2-d2", "mma", L.NHWGC, D.BF16_FP32W,
          "N=1,G=1,C=16,K=24,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT),
+    Case("mma-nhwgc-int8-2d-k24", "mma", L.NHWGC, D.INT8, "N=2,G=2,C=8,K=24,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
+    Case("mma-ngchw-int8-1d-s2", "mma", L.NGCHW, D.INT8, "N=3,G=2,C=3,K=5,input=81,filter=3,stride=2,pad=1", R.ATOMIC),
+    Case("mma-gnhwc-int8-3d-v16", "mma", L.GNHWC, D.INT8, "N=2,G=1,C=16,K=32,input=5x6x7,filter=3x3x3,pad=1", R.DIRECT,
+         lambda p: p.vector_a == 16),
+    Case("mma-nhwgc-fp8-2d", "mma", L.NHWGC, D.FP16_COMP_BF8_FP8, "N=2,G=2,C=8,K=24,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
+    Case("mma-ngchw-fp8-1d-n1", "mma", L.NGCHW, D.FP16_COMP_BF8_FP8, "N=1,G=1,C=5,K=7,input=130,filter=5,pad=2", R.DIRECT),
+    Case("mma-gkyxc-fp8-3d", "mma", L.NGCHW_GKYXC, D.FP16_COMP_BF8_FP8, "N=2,G=1,C=3,K=4,input=5x6x8,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("mma-gnhwc-fp8-2d-d2", "mma", L.GNHWC, D.FP16_COMP_BF8_FP8, "N=2,G=3,C=8,K=8,input=19x9,filter=3x3,pad=2,dilation=2", R.ATOMIC),
+    Case("mma-ngchw-fp16-2d-transposed", "mma", L.NGCHW, D.FP16, "N=3,G=2,C=8,K=16,input=33x31,filter=3x3,stride=2,pad=1", R.TWOSTAGE,
+         lambda p: p.transpose),
+    Case("mma-gkyxc-fp32-3d-transposed", "mma", L.NGCHW_GKYXC, D.FP32, "N=2,G=1,C=8,K=12,input=5x6x7,filter=3x3x3,pad=1", R.ATOMIC,
+         lambda p: p.transpose),
     # wgmma: the same engine with warpgroup tiles in swizzled shared memory (the portable product here).
     Case("wgmma-nhwgc-fp16-2d", "wgmma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("wgmma-gnhwc-bf16-1d-d2", "wgmma", L.GNHWC, D.BF16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
@@ -116,14 +128,29 @@ CASES = [
          lambda p: p.slices > 1),
     Case("wgmma-nhwgc-fp16-2d-k72-s2-d2", "wgmma", L.NHWGC, D.FP16,
          "N=1,G=1,C=16,K=72,input=23x19,filter=3x3,stride=2,pad=2,dilation=2", R.DIRECT, lambda p: p.block_m == 128),
+    Case("wgmma-ngchw-bf16-2d-transposed", "wgmma", L.NGCHW, D.BF16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.ATOMIC,
+         lambda p: p.transpose),
+    Case("wgmma-gkyxc-fp16-1d-transposed", "wgmma", L.NGCHW_GKYXC, D.FP16, "N=3,G=1,C=16,K=24,input=130,filter=5,pad=2", R.TWOSTAGE,
+         lambda p: p.transpose),
+    # mfma: the same engine with AMD's 64-lane MFMA layout (fragments exchanged as the instruction does).
+    Case("mfma-nhwgc-fp16-2d", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
+    Case("mfma-ngchw-bf16-2d-s2-p0", "mfma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),
+    Case("mfma-gkyxc-bf16w-3d", "mfma", L.NGCHW_GKYXC, D.BF16_FP32W, "N=2,G=1,C=3,K=4,input=5x6x8,filter=3x3x3,pad=1", R.ATOMIC),
+    Case("mfma-gnhwc-fp32-1d-d2", "mfma", L.GNHWC, D.FP32, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
+    Case("mfma-nhwgc-fp32-3d-c3", "mfma", L.NHWGC, D.FP32, "N=1,G=2,C=3,K=5,input=8x8x9,filter=3x3x3,pad=1", R.DIRECT),
+    Case("mfma-nhwgc-bf16-2d-k40-wide", "mfma", L.NHWGC, D.BF16, "N=3,G=1,C=24,K=40,input=13x11,filter=3x3,pad=1", R.ATOMIC,
+         lambda p: p.block_m == 128 and p.vector_b == 8),
 ]
+
+# The target each family's instances are picked for: AMD's matrix cores for mfma, the H100 otherwise.
+FAMILY_TARGET = {"mfma": TARGETS["gfx90a"]}
 
 
 def pick_instance(case: Case) -> Instance:
     """The case's instance: among lookup's candidates of its family, reduction and property, the one a
     hash of the case name indexes (stable across runs and machines)."""
     candidates = sorted(
-        (i for i in lookup(case.problem, target=TARGETS["sm_90a"])
+        (i for i in lookup(case.problem, target=FAMILY_TARGET.get(case.family, TARGETS["sm_90a"]))
          if i.family == case.family and i.params.reduction is case.reduction
          and (case.pick is None or case.pick(i.params))),
         key=lambda i: i.name,

@@ -21,7 +21,7 @@ COUNT = 100
 DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)
 # What each family's problems are drawn over: its layouts and dtypes.
 DRAWS = {
-    "mma": (tuple(Layout), DTYPES),
+    "mma": (tuple(Layout), DTYPES + (DType.FP16_COMP_BF8_FP8,)),
     "wgmma": ((Layout.NHWGC, Layout.GNHWC), (DType.FP16, DType.BF16, DType.BF16_FP32W)),
 }
 

@@ -13,7 +13,7 @@ from ..backends import BackendError
 from ..ops import solver_for
 from ..ops.base import Role, TensorSpec
 from ..problem import KernelFactoryError, Scalar, UnsupportedProblem
-from .check import compare_outputs
+from .check import agreement_floor, compare_outputs
 from .model import BenchItem, Row, Status, Timing
 
 
@@ -81,7 +81,8 @@ def _measure(item: BenchItem, env: Env, solver: Any, kernel: OurKernel, base: di
     ours()
     baseline.run()
     env.synchronize()
-    agreement = compare_outputs(specs, {s.name: tensors[s.name] for s in specs}, baseline.outputs())
+    agreement = compare_outputs(specs, {s.name: tensors[s.name] for s in specs}, baseline.outputs(),
+                                agreement_floor(problem.dtype))
     notes = [n for n in (baseline.note,) if n]
     theirs = env.timer(baseline.run)
     if not agreement.ok:

@@ -48,10 +48,13 @@ __device__ __forceinline__ void copy(kf_mma::Smem<T> dst, const T* src, bool ok)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst.addr), "l"(src), "r"(n));
   } else if constexpr (BYTES == 4 || BYTES == 8) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst.addr), "l"(src), "n"(BYTES), "r"(n));
-  } else {
-    static_assert(BYTES == 2, "chunks of 2, 4, 8 or 16 bytes");
+  } else if constexpr (BYTES == 2) {
     const unsigned short w = ok ? kf_ldg(reinterpret_cast<const unsigned short*>(src)) : (unsigned short)0;
     asm volatile("st.shared.u16 [%0], %1;" ::"r"(dst.addr), "h"(w));
+  } else {
+    static_assert(BYTES == 1, "chunks of 1, 2, 4, 8 or 16 bytes");
+    const unsigned w = ok ? kf_ldg(reinterpret_cast<const unsigned char*>(src)) : 0u;
+    asm volatile("st.shared.u8 [%0], %1;" ::"r"(dst.addr), "r"(w));
   }
 #else
   const W w = ok ? kf_ldg(reinterpret_cast<const W*>(src)) : W{};
@@ -72,7 +75,7 @@ template <int PENDING> __device__ __forceinline__ void wait() {
 }
 
 template <class Cfg>
-__device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn);
+__device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC<typename Cfg::T> (&acc)[Cfg::FM][Cfg::FN], int wm, int wn);
 
 // Make this thread's copies into shared memory visible to instructions that read it through the async
 // proxy (wgmma), before the barrier that hands the stage over.
@@ -112,7 +115,7 @@ struct Config {
     wm = (warp / WARPS_N) * WTM;
     wn = (warp % WARPS_N) * WTN;
   }
-  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC (&acc)[FM][FN], int wm, int wn) {
+  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC<T> (&acc)[FM][FN], int wm, int wn) {
     compute_stage<Config>(s, acc, wm, wn);
   }
   static_assert(WTM % kf_mma::M == 0 && WTN % kf_mma::N == 0 && BK % kf_mma::K_OF<T> == 0, "tile vs instruction");
@@ -212,7 +215,7 @@ struct Chunks {
 };
 
 template <class Cfg>
-__device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
+__device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, kf_mma::FragC<typename Cfg::T> (&acc)[Cfg::FM][Cfg::FN], int wm, int wn) {
   const kf_mma::Smem<typename Cfg::T> sb = sa + Cfg::A_ELEMS;
 #pragma unroll
   for (int k = 0; k < Cfg::BK; k += kf_mma::K_OF<typename Cfg::T>) {
@@ -231,7 +234,7 @@ __device__ __forceinline__ void compute_stage(kf_mma::Smem<typename Cfg::T> sa, 
 
 // f(accumulator, its index among the thread's FM x FN x C_ELEMS) for each of a thread's accumulators.
 template <class Cfg, class F>
-__device__ __forceinline__ void for_each_acc(kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], F f) {
+__device__ __forceinline__ void for_each_acc(kf_mma::FragC<typename Cfg::T> (&acc)[Cfg::FM][Cfg::FN], F f) {
 #pragma unroll
   for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
@@ -242,16 +245,16 @@ __device__ __forceinline__ void for_each_acc(kf_mma::FragC (&acc)[Cfg::FM][Cfg::
 
 // Slices 1.. leave their accumulators in shared memory (the pipelines' space, free once every slice is
 // done) and slice 0 adds them to its own; true for the threads that go on to store the tile.
-template <class Cfg>
-__device__ __forceinline__ bool sum_slices(kf_mma::FragC (&acc)[Cfg::FM][Cfg::FN], float* space, int slice, int local) {
+template <class Cfg, typename Acc>
+__device__ __forceinline__ bool sum_slices(kf_mma::FragC<typename Cfg::T> (&acc)[Cfg::FM][Cfg::FN], Acc* space, int slice, int local) {
   constexpr int PER = Cfg::FM * Cfg::FN * kf_mma::C_ELEMS;  // accumulators per thread
-  const auto at = [&](int s, int k) -> float& { return space[((s - 1) * PER + k) * Cfg::SLICE_THREADS + local]; };
+  const auto at = [&](int s, int k) -> Acc& { return space[((s - 1) * PER + k) * Cfg::SLICE_THREADS + local]; };
   wait<0>();
   __syncthreads();  // every slice has finished with its stages
-  if (slice > 0) for_each_acc<Cfg>(acc, [&](float& v, int k) { at(slice, k) = v; });
+  if (slice > 0) for_each_acc<Cfg>(acc, [&](Acc& v, int k) { at(slice, k) = v; });
   __syncthreads();
   if (slice > 0) return false;
-  for (int s = 1; s < Cfg::SLICES; ++s) for_each_acc<Cfg>(acc, [&](float& v, int k) { v += at(s, k); });
+  for (int s = 1; s < Cfg::SLICES; ++s) for_each_acc<Cfg>(acc, [&](Acc& v, int k) { v += at(s, k); });
   return true;
 }
 
@@ -273,8 +276,9 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
   const int warp = local / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
   int wm, wn;
   Cfg::warp_origin(warp, wm, wn);
-  kf_mma::FragC acc[Cfg::FM][Cfg::FN];
-  for_each_acc<Cfg>(acc, [](float& v, int) { v = 0.0f; });
+  using Acc = typename kf_mma::FragC<T>::Acc;  // fp32, or int32 for int8 operands
+  kf_mma::FragC<T> acc[Cfg::FM][Cfg::FN];
+  for_each_acc<Cfg>(acc, [](Acc& v, int) { v = 0; });
 
   const Chunks<Cfg, Op> chunks(op, m0, n0);
   const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
@@ -295,7 +299,7 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
     Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
   }
   if constexpr (Cfg::SLICES > 1) {
-    if (!sum_slices<Cfg>(acc, reinterpret_cast<float*>(aligned), slice, local)) return;
+    if (!sum_slices<Cfg>(acc, reinterpret_cast<Acc*>(aligned), slice, local)) return;
   }
 
   // A lane's accumulators cover a few rows and columns of the tile, each many times: the op's mapping of

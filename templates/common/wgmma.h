@@ -46,11 +46,11 @@ __device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync
 
 // D(64 x N) += A(64 x 16) * B(16 x N), both operands MN-major (transposed) in shared memory.
 template <typename T, int N>
-__device__ __forceinline__ void mma_async(kf_mma::FragC (&d)[N / 8], unsigned long long a, unsigned long long b);
+__device__ __forceinline__ void mma_async(kf_mma::FragC<T> (&d)[N / 8], unsigned long long a, unsigned long long b);
 
 {% macro wgmma_instruction(ctype, ptx, n, regs) %}
 template <>
-__device__ __forceinline__ void mma_async<{{ ctype }}, {{ n }}>(kf_mma::FragC (&d)[{{ n }} / 8], unsigned long long a,
+__device__ __forceinline__ void mma_async<{{ ctype }}, {{ n }}>(kf_mma::FragC<{{ ctype }}> (&d)[{{ n }} / 8], unsigned long long a,
                                                               unsigned long long b) {
   asm volatile(
       "{ .reg .pred p; setp.ne.b32 p, %{{ regs + 2 }}, 0; "
@@ -98,7 +98,7 @@ struct Config {
     wn = (group % WGS_N) * WTN;
   }
 
-  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC (&acc)[FM][FN], int wm, int wn) {
+  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC<T> (&acc)[FM][FN], int wm, int wn) {
     const int m_group = wm / ROWS * ROWS;
 #if defined(KF_WGMMA)
     constexpr unsigned LEADING = BK * 128, STRIDE = ATOM_BYTES;

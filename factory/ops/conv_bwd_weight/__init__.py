@@ -10,6 +10,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
 - `wgmma`: the same on Hopper's warpgroup MMA (templates/common/wgmma.h), sm_90a.
+- `mfma`: the same on AMD CDNA matrix cores (templates/common/mfma.h), 64-lane wavefronts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .dl import Dl, DlParams
 from .dw import Dw, DwParams
 from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
+from .mfma import Mfma, MfmaParams
 from .mma import Mma, MmaParams
 from .wgmma import Wgmma, WgmmaParams
 from .reference import reference_logical
@@ -35,7 +37,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma(), Wgmma())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma(), Wgmma(), Mfma())
     tensor_names = TENSORS
     output_name = OUTPUT
     extra_tensors = {D_INPUT: ConvTensor.WEIGHT}
@@ -95,6 +97,9 @@ class ConvBwdWeight(ConvOp):
             DType.FP16: Tolerance(rtol=1e-5, atol=2.0**-10),
             DType.BF16: Tolerance(rtol=1e-5, atol=2.0**-7),
             DType.INT8: Tolerance(rtol=0.0, atol=0.0),
+            # Each product's operands rounded to e4m3 (2^-4 relative) and e5m2 (2^-3): at most 0.19 of
+            # its magnitude, plus the fp16 output's rounding.
+            DType.FP16_COMP_BF8_FP8: Tolerance(rtol=0.2, atol=2.0**-10),
         }[dtype]
 
     def torch_baseline(self, problem: ConvProblem, inputs: Mapping[str, Any]) -> TorchBaseline:
@@ -141,4 +146,4 @@ class ConvBwdWeight(ConvOp):
 
 SOLVER = ConvBwdWeight()
 
-__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "WgmmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "WgmmaParams", "MfmaParams", "reference_logical"]

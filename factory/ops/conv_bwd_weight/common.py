@@ -18,7 +18,10 @@ from ..conv import ConvTensor, cpp_type, epilogue_args, kernel_args, too_large
 from ..conv import layouts as cl
 
 GRID_Y_LIMIT = 65535
-ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DType for n in (1, 2, 3))
+STAGING_ALIGN = 256  # bytes: each workspace region starts where a device allocation would
+# The dtypes of the seed's tables; fp16 computed as fp8 is a variant of the matrix family only.
+TABLE_DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32, DType.INT8)
+ALL_CELLS = frozenset((l, d, n) for l in Layout for d in TABLE_DTYPES for n in (1, 2, 3))
 UP_TO_2D = frozenset(cell for cell in ALL_CELLS if cell[2] in (1, 2))
 
 # The op's tensors in kernel-argument order, and the one it writes.
@@ -137,9 +140,13 @@ class BwdWeightFamily(Family[Any, ConvProblem]):
             dst, workspace = "workspace", wei_numel * acc_bytes
         else:
             dst, workspace = "workspace", wei_numel * acc_bytes * splits
-        args = kernel_args(TENSORS, problem, {OUTPUT: dst})
+        staging_at = -(-workspace // STAGING_ALIGN) * STAGING_ALIGN  # staged inputs follow the accumulators
+        staging, staged_bytes = self.staging(params, problem, staging_at)
+        args = self.conv_args(params, problem, dst, staging_at)
         epilogue = epilogue_args(problem, D_INPUT, OUTPUT)
-        steps: list = []
+        steps: list = list(staging)
+        if staged_bytes:
+            workspace = staging_at + staged_bytes
         if red is Reduction.ATOMIC:
             steps.append(Memset(dst, wei_numel * acc_bytes))
         steps.append(with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue))
@@ -148,6 +155,15 @@ class BwdWeightFamily(Family[Any, ConvProblem]):
             steps.append(Launch("kf_finalize", (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1),
                                 (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel), epilogue)))
         return LaunchPlan(tuple(steps), workspace)
+
+    def staging(self, params: Any, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
+        """Launches that prepare the inputs in the workspace (from byte `at` on) before the main kernel,
+        and the bytes they take there. Default: none; the main kernel reads the tensors themselves."""
+        return (), 0
+
+    def conv_args(self, params: Any, problem: ConvProblem, dst: str, staging_at: int) -> Struct:
+        """The main kernel's conv argument struct, the weight gradient written to `dst`."""
+        return kernel_args(TENSORS, problem, {OUTPUT: dst})
 
     def reduction_penalty(self, params: Any) -> float:
         """The heuristic's small preference for one launch over a workspace and a finishing kernel."""

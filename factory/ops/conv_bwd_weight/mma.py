@@ -1,36 +1,49 @@
 """`mma`: implicit GEMM on matrix instructions (templates/common/igemm.h, mma.h).
 
 dW[g] (K x C*filter) = dOut[g]^T (K x N*out) . im2col(In[g]) (N*out x C*filter), with blocks tiling K (M)
-and C*filter (N) and warps issuing mma.sync with fp32 accumulation: on 16-bit operands, or on fp32 ones
-as three TF32 products (fp32 accuracy). Operands are
+and C*filter (N) and warps issuing mma.sync: on 16-bit operands with fp32 accumulation, on fp32 ones
+as three TF32 products (fp32 accuracy), on int8 ones (s8) with int32 accumulation, and on fp16 ones
+rounded to fp8 while fragments are loaded (dtype fp16_comp_bf8_fp8: e5m2 output-gradient x e4m3 input). Operands are
 staged as they lie in memory: channels-last tensors in chunks along K / C (`vector_a`, `vector_b`
 elements, 16 bytes at 8), NGCHW ones in chunks along output rows (see _row_chunks_why_not).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
-from ..base import I32, Launch, Struct
-from ..conv import INT32_LIMIT, geometry_ints, too_large
+from ..base import I32, Buf, Launch, Struct
+from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
-from .common import ALL_CELLS, GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, fill_score, reduction_length
+from .common import (ALL_CELLS, GRID_Y_LIMIT, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily, Reduction, check_split,
+                     fill_score, reduction_length)
 
 # The instruction tile of templates/common/mma.h: m16n8k16 for 16-bit operands, m16n8k8 (three TF32
-# products) for fp32; block_k is a multiple of 16, so of both.
+# products) for fp32, m16n8k32 for int8 and fp8; block_k is a multiple of 16, and of 32 for the k32 forms.
 MMA_M, MMA_N, MMA_K = 16, 8, 16
+K32_DTYPES = frozenset({DType.INT8, DType.FP16_COMP_BF8_FP8})
 LANES = 32
-OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.BF16_FP32W: 2, DType.FP32: 4}
-CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in OPERAND_BYTES)
+OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.BF16_FP32W: 2, DType.FP32: 4, DType.INT8: 1,
+                 DType.FP16_COMP_BF8_FP8: 2}
+FP8_CELLS = frozenset((layout, DType.FP16_COMP_BF8_FP8, ndim) for layout in Layout for ndim in (1, 2, 3))
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in OPERAND_BYTES) | FP8_CELLS
+FP8_OPERANDS = "kf_mma::f16_as_fp8"  # fp16 storage that mma.h multiplies as e5m2 (A) x e4m3 (B)
 CHUNK_BYTES_MAX = 16  # cp.async's widest copy
+TRANSPOSE_TILE, TRANSPOSE_ROWS = 32, 8  # kf_to_channels_last: a 32 x 32 tile, 32 x 8 threads
 
 
 @dataclass(frozen=True)
 class MmaParams:
+    # The instruction tile and the threads that issue it together (templates/common/mma.h).
+    instruction_m: ClassVar[int] = MMA_M
+    instruction_n: ClassVar[int] = MMA_N
+    lanes: ClassVar[int] = LANES
+
     block_m: int
     block_n: int
     block_k: int
@@ -42,32 +55,34 @@ class MmaParams:
     split_k: int
     reduction: Reduction
     index_bits: int = 32
+    transpose: bool = False  # NGCHW inputs first copied channels-last into the workspace (see staging)
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
         if self.index_bits not in (32, 64):
             raise ValueError(f"index_bits must be 32 or 64, not {self.index_bits}")
-        if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
+        im, in_ = self.instruction_m, self.instruction_n
+        if self.block_m % (self.warps_m * im) or self.block_n % (self.warps_n * in_):
             raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
-                             f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
+                             f"warp tiles of whole {im}x{in_} instructions")
         if self.block_k % MMA_K:
             raise ValueError(f"block_k {self.block_k} is not a multiple of the instruction's {MMA_K}")
         if self.stages < 2:
             raise ValueError("the pipeline needs at least 2 stages")
         for v in (self.vector_a, self.vector_b):
-            if v not in (1, 2, 4, 8) or self.block_k % v or min(self.block_m, self.block_n) % v:
-                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 and divide the block tile")
+            if v not in (1, 2, 4, 8, 16) or self.block_k % v or min(self.block_m, self.block_n) % v:
+                raise ValueError(f"vector width {v} must be 1, 2, 4, 8 or 16 and divide the block tile")
 
     @property
     def threads(self) -> int:
-        return self.warps_m * self.warps_n * LANES
+        return self.warps_m * self.warps_n * self.lanes
 
     def shared_bytes(self, layout: Layout, dtype: DType) -> int:
         """The pipeline's shared memory (igemm.h Config::SHARED_BYTES): every stage's A and B tile, rows
         padded by 16 bytes."""
         size = OPERAND_BYTES[dtype]
         pad = 16 // size
-        r_major = cl.channel_innermost(layout)
+        r_major = cl.channel_innermost(layout) or self.transpose
         a = (self.block_k * (self.block_m + pad)) if r_major else (self.block_m * (self.block_k + pad))
         b = (self.block_k * (self.block_n + pad)) if r_major else (self.block_n * (self.block_k + pad))
         return (a + b) * self.stages * size
@@ -76,6 +91,7 @@ class MmaParams:
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
             f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
+            + ("_tr" if self.transpose else "")
         )
 
     def template_values(self) -> dict[str, Any]:
@@ -95,6 +111,7 @@ def gemm_template_values(p: Any, engine: str) -> dict[str, Any]:
         "vector_b": p.vector_b,
         "reduce_mode": p.reduction.mode,
         "index_type": "int" if p.index_bits == 32 else "long long",
+        "transpose": p.transpose,
     }
 
 
@@ -102,12 +119,16 @@ class Mma(BwdWeightFamily):
     name = "mma"
     template = "conv_bwd_weight/mma.hip.j2"
     params_type = MmaParams
-    description = "implicit GEMM on matrix instructions (mma.sync; fp32 as 3xTF32); split-K"
+    description = "implicit GEMM on matrix instructions (mma.sync; fp32 as 3xTF32, int8 on s8); split-K"
 
     def supported_cells(self) -> frozenset:
         return CELLS
 
     def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        if params.transpose and cl.channel_innermost(layout):
+            return False  # already channels-last
+        if dtype in K32_DTYPES and params.block_k % 32:
+            return False
         return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
 
 
@@ -130,10 +151,20 @@ class Mma(BwdWeightFamily):
             return "2**31 or more output positions or weight elements: reduction rows and weight offsets are 32-bit"
         return self.why_not_here(params, problem, target)
 
+    def template_values(self, params: MmaParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
+        values = super().template_values(params, layout, dtype, ndim)
+        if params.transpose:  # the main kernel reads the channels-last copies
+            values |= {"a_rmajor": "true", "b_rmajor": "true"}
+        return values | {"tin": FP8_OPERANDS} if dtype is DType.FP16_COMP_BF8_FP8 else values
+
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.dtype is DType.FP16_COMP_BF8_FP8 and MatrixUnit.MMA_FP8 not in target.matrix_units:
+            return f"fp8 matrix instructions need NVIDIA sm_89 or newer, which target {target.arch} is not"
         if problem.G > GRID_Y_LIMIT:
             return f"G={problem.G} exceeds the grid's {GRID_Y_LIMIT} groups"
-        if cl.channel_innermost(problem.layout):
+        if p.transpose and problem.N > GRID_Y_LIMIT:
+            return f"the transposing pass takes one sample per grid z, at most {GRID_Y_LIMIT} (N={problem.N})"
+        if cl.channel_innermost(problem.layout) or p.transpose:
             if problem.K % p.vector_a or problem.C % p.vector_b:
                 return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by "
                         f"them (C={problem.C}, K={problem.K})")
@@ -153,6 +184,31 @@ class Mma(BwdWeightFamily):
         r_major = "true" if cl.channel_innermost(layout) else "false"
         return {"a_rmajor": r_major, "b_rmajor": r_major}
 
+    def staging(self, p: MmaParams, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
+        """With `transpose`: the input and the output gradient copied channels-last (NGCHW -> NHWGC)
+        into the workspace by kf_to_channels_last, one 32 x 32 tile of (channels, positions) a block."""
+        if not p.transpose:
+            return (), 0
+        size = OPERAND_BYTES[problem.dtype]
+        launches, offset = [], at
+        for name, channels, spatial in _staged_tensors(problem):
+            launches.append(Launch(
+                "kf_to_channels_last", (math.ceil(spatial / TRANSPOSE_TILE), math.ceil(channels / TRANSPOSE_TILE), problem.N),
+                (TRANSPOSE_TILE, TRANSPOSE_ROWS, 1), (Buf(name), Buf("workspace", offset), I32(channels), I32(spatial))))
+            offset += math.ceil(problem.N * channels * spatial * size / STAGING_ALIGN) * STAGING_ALIGN
+        return tuple(launches), offset - at
+
+    def conv_args(self, p: MmaParams, problem: ConvProblem, dst: str, staging_at: int) -> Struct:
+        args = super().conv_args(p, problem, dst, staging_at)
+        if not p.transpose:
+            return args
+        # The copies' geometry is the NHWGC problem's; the weight keeps the problem's own layout.
+        copies = kernel_args(TENSORS, dataclasses.replace(problem, layout=Layout.NHWGC), {OUTPUT: dst})
+        (_, in_c, in_s), _ = _staged_tensors(problem)
+        at_out = staging_at + math.ceil(problem.N * in_c * in_s * OPERAND_BYTES[problem.dtype] / STAGING_ALIGN) * STAGING_ALIGN
+        moved = {f: v for f, v in copies.fields if f.startswith(("in_", "out_"))}
+        return args.replace(**moved, **{"in": Buf("workspace", staging_at), "out": Buf("workspace", at_out)})
+
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
         return Launch("kf_main", (_tiles(p, problem), problem.G, p.split_k), (p.threads, 1, 1),
@@ -166,7 +222,10 @@ class Mma(BwdWeightFamily):
         full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
         wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
         narrow_index = 0.2 * (p.index_bits == 32)
-        return 2.0 + used + wide + narrow_index + fill_score(blocks, target) - self.reduction_penalty(p)
+        # Measured on the H100 (NGCHW fp16): the transposing pass wins where filters have taps (grouped
+        # 3x3: 163 vs 285 us, 132 vs 216 us) and loses on 1x1 (80 vs 52 us), whose rows chunk well.
+        staged = (0.4 if problem.filter_volume > 1 else -0.4) if p.transpose else 0.0
+        return 2.0 + used + wide + narrow_index + staged + fill_score(blocks, target) - self.reduction_penalty(p)
 
 
 def _row_chunks_why_not(p: MmaParams, problem: ConvProblem) -> str | None:
@@ -183,6 +242,12 @@ def _row_chunks_why_not(p: MmaParams, problem: ConvProblem) -> str | None:
             return (f"input chunks of {v} along rows need stride 1 and the input width, left padding and "
                     f"dilation (with more than one tap) divisible by {v}")
     return None
+
+
+def _staged_tensors(problem: ConvProblem) -> tuple[tuple[str, int, int], tuple[str, int, int]]:
+    """(tensor, channels, positions per sample) of the input and the output gradient."""
+    return (("input", problem.G * problem.C, math.prod(problem.input)),
+            ("grad_output", problem.G * problem.K, math.prod(problem.output)))
 
 
 def _tiles(p: MmaParams, problem: ConvProblem) -> int:

@@ -3,7 +3,8 @@
 Same gathers and epilogues as `mma` (one template); the main loop differs: each warpgroup (four warps)
 issues wgmma.mma_async m64nNk16 on operands the instruction reads from 128-byte-swizzled shared
 memory, so threads load no fragments. Compiled for sm_90a (the arch-specific Hopper ISA), it runs on
-sm_90 GPUs. Tiles are r-major with 16-bit elements: channels-last layouts, fp16 / bf16 operands.
+sm_90 GPUs. Tiles are r-major with 16-bit elements: channels-last layouts (NGCHW ones through the
+transposing pass), fp16 / bf16 operands.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ ATOM_BYTES = 1024  # a swizzle atom; the pipeline's base is aligned to it
 MAX_THREADS = 1024
 UNIT = 8  # 16-bit elements in a 16-byte unit: a chunk stays within one
 OPERAND_BYTES = 2
-CELLS = frozenset(cell for cell in ALL_CELLS if cl.channel_innermost(cell[0])
-                  and cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W))
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W))
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class WgmmaParams:
     reduction: Reduction
     index_bits: int = 32
     slices: int = 1  # pipelines (each groups_m x groups_n warpgroups) summing one tile in shared memory
+    transpose: bool = False  # NGCHW inputs first copied channels-last into the workspace (Mma.staging)
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
@@ -85,6 +86,7 @@ class WgmmaParams:
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_sl{self.slices}_p{self.stages}"
             f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
+            + ("_tr" if self.transpose else "")
         )
 
     def template_values(self) -> dict[str, Any]:
@@ -101,7 +103,8 @@ class Wgmma(Mma):
         return CELLS
 
     def cell_allows(self, params: WgmmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        return True
+        # Tiles are r-major: channels-last tensors, or NGCHW ones through the transposing pass.
+        return cl.channel_innermost(layout) != params.transpose
 
     def needs(self, params: WgmmaParams) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.WGMMA})

@@ -118,6 +118,10 @@ CASES = [
          lambda p: p.transpose),
     Case("mma-gkyxc-fp32-3d-transposed", "mma", L.NGCHW_GKYXC, D.FP32, "N=2,G=1,C=8,K=12,input=5x6x7,filter=3x3x3,pad=1", R.ATOMIC,
          lambda p: p.transpose),
+    Case("mma-nhwgc-bf16-2d-groups-per-tile", "mma", L.NHWGC, D.BF16, "N=2,G=5,C=8,K=16,input=13x11,filter=3x3,pad=1", R.TWOSTAGE,
+         lambda p: p.groups_per_tile == 4),
+    Case("mma-gnhwc-fp32-1d-groups-per-tile", "mma", L.GNHWC, D.FP32, "N=8,G=3,C=4,K=8,input=130,filter=5,pad=2,stride=2", R.ATOMIC,
+         lambda p: p.groups_per_tile == 2),
     # wgmma: the same engine with warpgroup tiles in swizzled shared memory (the portable product here).
     Case("wgmma-nhwgc-fp16-2d", "wgmma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("wgmma-gnhwc-bf16-1d-d2", "wgmma", L.GNHWC, D.BF16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
@@ -132,6 +136,12 @@ CASES = [
          lambda p: p.transpose),
     Case("wgmma-gkyxc-fp16-1d-transposed", "wgmma", L.NGCHW_GKYXC, D.FP16, "N=3,G=1,C=16,K=24,input=130,filter=5,pad=2", R.TWOSTAGE,
          lambda p: p.transpose),
+    Case("wgmma-nhwgc-fp16-2d-groups-per-tile", "wgmma", L.NHWGC, D.FP16, "N=2,G=7,C=8,K=24,input=17x15,filter=3x3,pad=1", R.ATOMIC,
+         lambda p: p.groups_per_tile == 2),
+    Case("wgmma-gnhwc-bf16w-3d-groups-per-tile", "wgmma", L.GNHWC, D.BF16_FP32W, "N=2,G=6,C=8,K=16,input=5x6x7,filter=3x3x3,pad=1", R.TWOSTAGE,
+         lambda p: p.groups_per_tile == 4),
+    Case("wgmma-ngchw-fp16-2d-transposed-groups-per-tile", "wgmma", L.NGCHW, D.FP16, "N=2,G=5,C=8,K=16,input=17x15,filter=3x3,pad=1",
+         R.TWOSTAGE, lambda p: p.transpose and p.groups_per_tile == 4),
     # mfma: the same engine with AMD's 64-lane MFMA layout (fragments exchanged as the instruction does).
     Case("mfma-nhwgc-fp16-2d", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mfma-ngchw-bf16-2d-s2-p0", "mfma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -34,7 +34,7 @@ FP8_CELLS = frozenset((layout, DType.FP16_COMP_BF8_FP8, ndim) for layout in Layo
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in OPERAND_BYTES) | FP8_CELLS
 FP8_OPERANDS = "kf_mma::f16_as_fp8"  # fp16 storage that mma.h multiplies as e5m2 (A) x e4m3 (B)
 CHUNK_BYTES_MAX = 16  # cp.async's widest copy
-TRANSPOSE_TILE, TRANSPOSE_ROWS = 32, 8  # kf_to_channels_last: a 32 x 32 tile, 32 x 8 threads
+TRANSPOSE_TILE, TRANSPOSE_THREADS = 64, 256  # kf_to_channels_last: a 64 x 64 tile of (channels, positions)
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class MmaParams:
     reduction: Reduction
     index_bits: int = 32
     transpose: bool = False  # NGCHW inputs first copied channels-last into the workspace (see staging)
+    groups_per_tile: int = 1  # groups side by side in a block's GEMM (only the diagonal is stored)
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
@@ -69,6 +70,8 @@ class MmaParams:
             raise ValueError(f"block_k {self.block_k} is not a multiple of the instruction's {MMA_K}")
         if self.stages < 2:
             raise ValueError("the pipeline needs at least 2 stages")
+        if self.groups_per_tile < 1:
+            raise ValueError("groups_per_tile must be >= 1")
         for v in (self.vector_a, self.vector_b):
             if v not in (1, 2, 4, 8, 16) or self.block_k % v or min(self.block_m, self.block_n) % v:
                 raise ValueError(f"vector width {v} must be 1, 2, 4, 8 or 16 and divide the block tile")
@@ -91,7 +94,7 @@ class MmaParams:
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
             f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
-            + ("_tr" if self.transpose else "")
+            + ("_tr" if self.transpose else "") + (f"_gt{self.groups_per_tile}" if self.groups_per_tile > 1 else "")
         )
 
     def template_values(self) -> dict[str, Any]:
@@ -112,6 +115,7 @@ def gemm_template_values(p: Any, engine: str) -> dict[str, Any]:
         "reduce_mode": p.reduction.mode,
         "index_type": "int" if p.index_bits == 32 else "long long",
         "transpose": p.transpose,
+        "groups_per_tile": p.groups_per_tile,
     }
 
 
@@ -127,6 +131,8 @@ class Mma(BwdWeightFamily):
     def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         if params.transpose and cl.channel_innermost(layout):
             return False  # already channels-last
+        if params.groups_per_tile > 1 and not (cl.channel_innermost(layout) or params.transpose):
+            return False  # several groups fill a tile where their channels lie side by side
         if dtype in K32_DTYPES and params.block_k % 32:
             return False
         return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
@@ -160,8 +166,10 @@ class Mma(BwdWeightFamily):
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.dtype is DType.FP16_COMP_BF8_FP8 and MatrixUnit.MMA_FP8 not in target.matrix_units:
             return f"fp8 matrix instructions need NVIDIA sm_89 or newer, which target {target.arch} is not"
-        if problem.G > GRID_Y_LIMIT:
-            return f"G={problem.G} exceeds the grid's {GRID_Y_LIMIT} groups"
+        if p.groups_per_tile > problem.G:
+            return f"{p.groups_per_tile} groups per tile, but the problem has G={problem.G}"
+        if math.ceil(problem.G / p.groups_per_tile) > GRID_Y_LIMIT:
+            return f"G={problem.G} exceeds the grid's {GRID_Y_LIMIT} group blocks"
         if p.transpose and problem.N > GRID_Y_LIMIT:
             return f"the transposing pass takes one sample per grid z, at most {GRID_Y_LIMIT} (N={problem.N})"
         if cl.channel_innermost(problem.layout) or p.transpose:
@@ -186,7 +194,7 @@ class Mma(BwdWeightFamily):
 
     def staging(self, p: MmaParams, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
         """With `transpose`: the input and the output gradient copied channels-last (NGCHW -> NHWGC)
-        into the workspace by kf_to_channels_last, one 32 x 32 tile of (channels, positions) a block."""
+        into the workspace by kf_to_channels_last, one 64 x 64 tile of (channels, positions) a block."""
         if not p.transpose:
             return (), 0
         size = OPERAND_BYTES[problem.dtype]
@@ -194,7 +202,7 @@ class Mma(BwdWeightFamily):
         for name, channels, spatial in _staged_tensors(problem):
             launches.append(Launch(
                 "kf_to_channels_last", (math.ceil(spatial / TRANSPOSE_TILE), math.ceil(channels / TRANSPOSE_TILE), problem.N),
-                (TRANSPOSE_TILE, TRANSPOSE_ROWS, 1), (Buf(name), Buf("workspace", offset), I32(channels), I32(spatial))))
+                (TRANSPOSE_THREADS, 1, 1), (Buf(name), Buf("workspace", offset), I32(channels), I32(spatial))))
             offset += math.ceil(problem.N * channels * spatial * size / STAGING_ALIGN) * STAGING_ALIGN
         return tuple(launches), offset - at
 
@@ -211,14 +219,13 @@ class Mma(BwdWeightFamily):
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
-        return Launch("kf_main", (_tiles(p, problem), problem.G, p.split_k), (p.threads, 1, 1),
+        return Launch("kf_main", (_tiles(p, problem), math.ceil(problem.G / p.groups_per_tile), p.split_k), (p.threads, 1, 1),
                       (args, I32(r_per_split), I32(wei_numel)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
-        blocks = _tiles(p, problem) * problem.G * p.split_k
-        n_cols = problem.C * problem.filter_volume
-        used = (problem.K / (math.ceil(problem.K / p.block_m) * p.block_m)) * (
-            n_cols / (math.ceil(n_cols / p.block_n) * p.block_n))
+        blocks = _tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile) * p.split_k
+        rows, cols = _gemm_shape(p, problem)
+        used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
         wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
         narrow_index = 0.2 * (p.index_bits == 32)
@@ -250,5 +257,11 @@ def _staged_tensors(problem: ConvProblem) -> tuple[tuple[str, int, int], tuple[s
             ("grad_output", problem.G * problem.K, math.prod(problem.output)))
 
 
+def _gemm_shape(p: MmaParams, problem: ConvProblem) -> tuple[int, int]:
+    """A block column's GEMM rows and columns: groups_per_tile groups side by side."""
+    return p.groups_per_tile * problem.K, p.groups_per_tile * problem.C * problem.filter_volume
+
+
 def _tiles(p: MmaParams, problem: ConvProblem) -> int:
-    return math.ceil(problem.K / p.block_m) * math.ceil(problem.C * problem.filter_volume / p.block_n)
+    rows, cols = _gemm_shape(p, problem)
+    return math.ceil(rows / p.block_m) * math.ceil(cols / p.block_n)

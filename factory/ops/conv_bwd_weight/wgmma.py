@@ -46,6 +46,7 @@ class WgmmaParams:
     index_bits: int = 32
     slices: int = 1  # pipelines (each groups_m x groups_n warpgroups) summing one tile in shared memory
     transpose: bool = False  # NGCHW inputs first copied channels-last into the workspace (Mma.staging)
+    groups_per_tile: int = 1  # groups side by side in a block's GEMM (only the diagonal is stored)
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
@@ -86,7 +87,7 @@ class WgmmaParams:
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_sl{self.slices}_p{self.stages}"
             f"_v{self.vector_a}x{self.vector_b}_i{self.index_bits}_sk{self.split_k}_{self.reduction.value}"
-            + ("_tr" if self.transpose else "")
+            + ("_tr" if self.transpose else "") + (f"_gt{self.groups_per_tile}" if self.groups_per_tile > 1 else "")
         )
 
     def template_values(self) -> dict[str, Any]:
@@ -103,7 +104,10 @@ class Wgmma(Mma):
         return CELLS
 
     def cell_allows(self, params: WgmmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        # Tiles are r-major: channels-last tensors, or NGCHW ones through the transposing pass.
+        # Tiles are r-major: channels-last tensors, or NGCHW ones through the transposing pass; several
+        # groups per tile where their channels lie side by side.
+        if params.groups_per_tile > 1 and not (cl.channel_innermost(layout) or params.transpose):
+            return False
         return cl.channel_innermost(layout) != params.transpose
 
     def needs(self, params: WgmmaParams) -> frozenset[MatrixUnit]:

@@ -216,30 +216,21 @@ __device__ __forceinline__ void load_b(FragB<f16_as_fp8>& f, Smem<f16_as_fp8> s,
 
 template <typename T> __device__ __forceinline__ void mma(FragC<T>& c, const FragA<T>& a, const FragB<T>& b);
 
-template <> __device__ __forceinline__ void mma<f16_as_fp8>(FragC<f16_as_fp8>& c, const FragA<f16_as_fp8>& a,
-                                                             const FragB<f16_as_fp8>& b) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
-               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
+// One mma.sync per operand type: shape, PTX types (D.A.B.C) and the accumulators' register class.
+{% macro mma_sync(ctype, shape, types, reg) %}
+template <> __device__ __forceinline__ void mma<{{ ctype }}>(FragC<{{ ctype }}>& c, const FragA<{{ ctype }}>& a,
+                                                          const FragB<{{ ctype }}>& b) {
+  asm volatile("mma.sync.aligned.{{ shape }}.row.col.{{ types }} { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
+               : "+{{ reg }}"(c.x[0]), "+{{ reg }}"(c.x[1]), "+{{ reg }}"(c.x[2]), "+{{ reg }}"(c.x[3])
                : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
 }
-
-template <> __device__ __forceinline__ void mma<int8_t>(FragC<int8_t>& c, const FragA<int8_t>& a, const FragB<int8_t>& b) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
-               : "+r"(c.x[0]), "+r"(c.x[1]), "+r"(c.x[2]), "+r"(c.x[3])
-               : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
-}
-
-template <> __device__ __forceinline__ void mma<f16_t>(FragC<f16_t>& c, const FragA<f16_t>& a, const FragB<f16_t>& b) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
-               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
-               : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
-}
-
-template <> __device__ __forceinline__ void mma<bf16_t>(FragC<bf16_t>& c, const FragA<bf16_t>& a, const FragB<bf16_t>& b) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"
-               : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
-               : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
-}
+{% endmacro %}
+{% for ctype, shape, types, reg in (("f16_t", "m16n8k16", "f32.f16.f16.f32", "f"),
+                                    ("bf16_t", "m16n8k16", "f32.bf16.bf16.f32", "f"),
+                                    ("int8_t", "m16n8k32", "s32.s8.s8.s32", "r"),
+                                    ("f16_as_fp8", "m16n8k32", "f32.e5m2.e4m3.f32", "f")) %}
+{{ mma_sync(ctype, shape, types, reg) }}
+{% endfor %}
 
 __device__ __forceinline__ void mma_tf32(FragC<float>& c, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 { %0,%1,%2,%3}, { %4,%5,%6,%7}, { %8,%9}, { %0,%1,%2,%3};"

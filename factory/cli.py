@@ -90,7 +90,7 @@ def _implemented_op(text: str) -> Op:
 def _add_config(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--op", type=_enum_arg(_implemented_op), default=Op.CONV_BWD_WEIGHT, help="op id (default conv_bwd_weight)")
     p.add_argument("--layout", type=_enum_arg(Layout.parse), required=required, help="e.g. NHWGC, NGCHW, NGCHW_GKYXC, GNHWC")
-    p.add_argument("--dtype", type=_enum_arg(DType.parse), required=required, help="fp16, bf16, bf16_fp32w, fp32, int8, fp16_comp_bf8_fp8")
+    p.add_argument("--dtype", type=_enum_arg(DType.parse), required=required, help="fp16, bf16, bf16_fp32w, fp32, int8, int8_sat, fp16_comp_bf8_fp8")
 
 
 def _add_target(p: argparse.ArgumentParser, text: str = "the GPU the instances are for (default sm_90, the H100)") -> None:

@@ -108,6 +108,7 @@ class DType(enum.Enum):
     BF16_FP32W = "bf16_fp32w"  # bf16 tensors, fp32 weight-gradient
     FP32 = "fp32"
     INT8 = "int8"  # int8 tensors, int32 accumulation and int32 weight-gradient
+    INT8_SAT = "int8_sat"  # int8 tensors, int32 accumulation, int8 weight-gradient (saturated to -128..127)
     # fp16 tensors multiplied as fp8: the input rounded to e4m3, the output-gradient to e5m2 (bf8) inside
     # the kernel; fp32 accumulation, fp16 weight-gradient. Accuracy is that of fp8 operands.
     FP16_COMP_BF8_FP8 = "fp16_comp_bf8_fp8"
@@ -120,6 +121,7 @@ class DType(enum.Enum):
             "bf16_fp32w": Scalar.BF16,
             "fp32": Scalar.F32,
             "int8": Scalar.I8,
+            "int8_sat": Scalar.I8,
             "fp16_comp_bf8_fp8": Scalar.F16,
         }[self.value]
 
@@ -131,12 +133,18 @@ class DType(enum.Enum):
             "bf16_fp32w": Scalar.F32,
             "fp32": Scalar.F32,
             "int8": Scalar.I32,
+            "int8_sat": Scalar.I8,
             "fp16_comp_bf8_fp8": Scalar.F16,
         }[self.value]
 
     @property
     def accumulator(self) -> "Scalar":
-        return Scalar.I32 if self is DType.INT8 else Scalar.F32
+        return Scalar.I32 if self.is_integer else Scalar.F32
+
+    @property
+    def is_integer(self) -> bool:
+        """int8 tensors: exact int32 arithmetic, integer alpha and beta."""
+        return self in (DType.INT8, DType.INT8_SAT)
 
     @classmethod
     def parse(cls, text: str) -> "DType":
@@ -282,7 +290,7 @@ class ConvProblem:
             name = "alpha" if self.alpha != 1.0 else "beta"
             raise InvalidProblem(name, f"{self.op.value} takes no alpha/beta epilogue (only "
                                  f"{', '.join(o.value for o in _EPILOGUE_OPS)} does)")
-        if self.dtype is DType.INT8:
+        if self.dtype.is_integer:
             for name in ("alpha", "beta"):
                 value = getattr(self, name)
                 if not value.is_integer() or abs(value) > INT_EPILOGUE_MAX:

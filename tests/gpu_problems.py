@@ -52,10 +52,13 @@ CASES = [
     (Layout.NHWGC, DType.FP16, "N=2,G=1,C=256,K=128,input=14x14,filter=1x1"),
     (Layout.NGCHW, DType.FP16, "N=1,G=1,C=20,K=12,input=130,filter=7,pad=3"),
     (Layout.NHWGC, DType.BF16, "N=1,G=4,C=16,K=16,input=9x9x9,filter=3x3x3,stride=2,pad=1"),
-    # int8 on s8 instructions (16-byte chunks of 16 elements) and fp16 computed as fp8 (e5m2 x e4m3).
+    # int8 on s8 instructions (16-byte chunks of 16 elements), int8 saturated to an int8 result (alpha
+    # large enough to saturate), and fp16 computed as fp8 (e5m2 x e4m3).
     (Layout.NHWGC, DType.INT8, "N=2,G=2,C=32,K=48,input=13x11,filter=3x3,pad=1"),
     (Layout.NGCHW, DType.INT8, "N=2,G=1,C=24,K=20,input=16x32,filter=3x3,pad=1"),
     (Layout.GNHWC, DType.INT8, "N=1,G=2,C=16,K=16,input=6x7x8,filter=3x3x3,pad=1,alpha=2,beta=-1"),
+    (Layout.NHWGC, DType.INT8_SAT, "N=2,G=2,C=32,K=16,input=13x11,filter=3x3,pad=1,alpha=3"),
+    (Layout.NGCHW, DType.INT8_SAT, "N=2,G=4,C=4,K=8,input=12x12,filter=3x3,pad=1,alpha=-2,beta=5"),
     (Layout.NHWGC, DType.FP16_COMP_BF8_FP8, "N=4,G=1,C=64,K=48,input=15x13,filter=3x3,pad=1"),
     (Layout.NGCHW, DType.FP16_COMP_BF8_FP8, "N=2,G=2,C=24,K=40,input=16x16,filter=3x3,stride=2,pad=1"),
     (Layout.GNHWC, DType.FP16_COMP_BF8_FP8, "N=1,G=1,C=37,K=29,input=20x24,filter=3x3,pad=0,dilation=2,alpha=0.5,beta=1"),

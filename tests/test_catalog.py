@@ -165,10 +165,11 @@ def test_op_fills_exactly_its_supported_cells(instances: tuple[Instance, ...], o
 
 
 def test_conv_bwd_weight_dl_covers_every_layout_dtype_and_rank(instances: tuple[Instance, ...]) -> None:
-    """The portable family is the fallback for every cell of the tables: 4 layouts x 5 dtypes x 3 ranks
-    (fp16 computed as fp8 exists only where fp8 matrix instructions do)."""
-    expected = set(itertools.product(Layout, TABLE_DTYPES, (1, 2, 3)))
-    assert len(expected) == 60
+    """The portable family is the fallback for every cell of the tables: 4 layouts x 5 dtypes x 3 ranks,
+    and int8 with a saturated int8 result (fp16 computed as fp8 exists only where fp8 matrix
+    instructions do)."""
+    expected = set(itertools.product(Layout, (*TABLE_DTYPES, DType.INT8_SAT), (1, 2, 3)))
+    assert len(expected) == 72
     assert covered_cells(instances, Op.CONV_BWD_WEIGHT, "dl") == expected
 
 

@@ -73,6 +73,7 @@ CASES = [
     Case("dl-nhwgc-bf16w-3d-s2", "dl", L.NHWGC, D.BF16_FP32W, "N=1,G=2,C=2,K=6,input=8x7x9,filter=2x3x3,stride=2x1x2,pad=0x1x1", R.TWOSTAGE),
     Case("dl-ngchw-fp16-1d", "dl", L.NGCHW, D.FP16, "N=3,G=2,C=5,K=3,input=50,filter=3,pad=1", R.ATOMIC),
     Case("dl-gnhwc-fp32-2d-c3-d2-n1", "dl", L.GNHWC, D.FP32, "N=1,G=3,C=3,K=3,input=9x8,filter=3x3,pad=2,dilation=2", R.DIRECT),
+    Case("dl-ngchw-int8sat-2d-scale", "dl", L.NGCHW, D.INT8_SAT, "N=2,G=2,C=8,K=4,input=9x7,filter=3x3,pad=1,alpha=9", R.TWOSTAGE),
     # dw: few channels per group; lanes along groups (NHWGC) or threads along positions (any layout).
     Case("dw-nhwgc-fp16-2d-wide", "dw", L.NHWGC, D.FP16, "N=2,G=64,C=1,K=1,input=16x16,filter=3x3,pad=1", R.TWOSTAGE, wide),
     Case("dw-ngchw-bf16-2d-7x5", "dw", L.NGCHW, D.BF16, "N=1,G=2,C=2,K=3,input=7x5,filter=3x3,pad=1", R.DIRECT),
@@ -110,6 +111,7 @@ CASES = [
     Case("mma-ngchw-int8-1d-s2", "mma", L.NGCHW, D.INT8, "N=3,G=2,C=3,K=5,input=81,filter=3,stride=2,pad=1", R.ATOMIC),
     Case("mma-gnhwc-int8-3d-v16", "mma", L.GNHWC, D.INT8, "N=2,G=1,C=16,K=32,input=5x6x7,filter=3x3x3,pad=1", R.DIRECT,
          lambda p: p.vector_a == 16),
+    Case("mma-gnhwc-int8sat-2d-scale", "mma", L.GNHWC, D.INT8_SAT, "N=2,G=2,C=16,K=32,input=19x15,filter=3x3,pad=1,alpha=7", R.ATOMIC),
     Case("mma-nhwgc-fp8-2d", "mma", L.NHWGC, D.FP16_COMP_BF8_FP8, "N=2,G=2,C=8,K=24,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-fp8-1d-n1", "mma", L.NGCHW, D.FP16_COMP_BF8_FP8, "N=1,G=1,C=5,K=7,input=130,filter=5,pad=2", R.DIRECT),
     Case("mma-gkyxc-fp8-3d", "mma", L.NGCHW_GKYXC, D.FP16_COMP_BF8_FP8, "N=2,G=1,C=3,K=4,input=5x6x8,filter=3x3x3,pad=1", R.ATOMIC),

@@ -258,6 +258,7 @@ CASES = [
     Case("wgmma-twostage-scale", "wgmma", R.TWOSTAGE, L.NHWGC, D.BF16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25"),
     Case("wgmma-twostage-bilinear", "wgmma", R.TWOSTAGE, L.GNHWC, D.BF16_FP32W, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.25,beta=3"),
     Case("mma-atomic-bilinear-fp8", "mma", R.ATOMIC, L.NHWGC, D.FP16_COMP_BF8_FP8, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1,alpha=0.5,beta=-2"),
+    Case("dl-direct-bilinear-int8sat", "dl", R.DIRECT, L.NHWGC, D.INT8_SAT, "N=2,G=3,C=8,K=4,input=15,filter=5,pad=2,alpha=5,beta=-3"),
     Case("mma-twostage-bilinear-int8", "mma", R.TWOSTAGE, L.GNHWC, D.INT8, "N=2,G=2,C=16,K=32,input=29x30,filter=3x3,pad=1,alpha=-2,beta=3"),
     Case("mfma-direct-scale", "mfma", R.DIRECT, L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0,alpha=-0.75"),
     Case("mfma-direct-bilinear", "mfma", R.DIRECT, L.NHWGC, D.FP16, "N=1,G=1,C=16,K=24,input=23x19,filter=3x3,stride=2,pad=2,dilation=2,alpha=0.5,beta=-1.25"),

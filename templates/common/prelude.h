@@ -56,6 +56,9 @@ template <> __device__ __forceinline__ float kf_store_acc<float, float>(float x)
 template <> __device__ __forceinline__ f16_t kf_store_acc<f16_t, float>(float x) { return kf_from_float<f16_t>(x); }
 template <> __device__ __forceinline__ bf16_t kf_store_acc<bf16_t, float>(float x) { return kf_from_float<bf16_t>(x); }
 template <> __device__ __forceinline__ int kf_store_acc<int, int>(int x) { return x; }
+template <> __device__ __forceinline__ int8_t kf_store_acc<int8_t, int>(int x) {  // int8_sat: saturated
+  return (int8_t)(x < -128 ? -128 : x > 127 ? 127 : x);
+}
 
 // A naturally aligned vector of N elements for wide loads.
 template <typename T, int N> struct alignas(sizeof(T) * N) kf_vec { T v[N]; };

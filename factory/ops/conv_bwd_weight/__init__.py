@@ -56,20 +56,26 @@ class ConvBwdWeight(ConvOp):
 
         int8's epilogue is int32 arithmetic (alpha and beta are integers there, ConvProblem checks), so
         its result wraps to int32 as the kernels' does: a large alpha or beta overflows alike on both
-        sides instead of failing every candidate's verification.
+        sides instead of failing every candidate's verification. int8_sat then saturates to -128..127.
         """
         dw = self._dw(problem, inputs)
+        if problem.dtype.is_integer:
+            out = self._int32_epilogue(problem, dw, inputs)
+            return {OUTPUT: np.clip(out, -128, 127) if problem.dtype is DType.INT8_SAT else out}
         if not problem.has_epilogue:
             return {OUTPUT: dw}
-        integer = problem.dtype is DType.INT8
-        alpha = int(problem.alpha) if integer else problem.alpha
-        beta = int(problem.beta) if integer else problem.beta
-        out = alpha * dw
+        out = problem.alpha * dw
         if problem.has_d:
-            out = out + beta * inputs[D_INPUT].astype(dw.dtype)
-        if integer:
-            out = (out + 2**31) % 2**32 - 2**31  # two's-complement int32, kept in int64
+            out = out + problem.beta * inputs[D_INPUT].astype(dw.dtype)
         return {OUTPUT: out}
+
+    @staticmethod
+    def _int32_epilogue(problem: ConvProblem, dw: np.ndarray, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """alpha * dw + beta * D in two's-complement int32 (kept in int64), as the kernels compute it."""
+        out = int(problem.alpha) * dw
+        if problem.has_d:
+            out = out + int(problem.beta) * inputs[D_INPUT].astype(np.int64)
+        return (out + 2**31) % 2**32 - 2**31
 
     def error_scale(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """|alpha| * sum |x * dy| + |beta * D|: the magnitude of every term of each output element.
@@ -85,7 +91,7 @@ class ConvBwdWeight(ConvOp):
         """The plain weight gradient in float64 (int64 for int8), physical layout."""
         x = physical(problem, TENSORS["input"]).to_logical(inputs["input"])
         dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"])
-        acc = np.int64 if problem.dtype is DType.INT8 else np.float64
+        acc = np.int64 if problem.dtype.is_integer else np.float64
         dw = reference_logical(problem, x.astype(acc), dy.astype(acc))
         return physical(problem, TENSORS[OUTPUT]).from_logical(dw)
 
@@ -97,6 +103,7 @@ class ConvBwdWeight(ConvOp):
             DType.FP16: Tolerance(rtol=1e-5, atol=2.0**-10),
             DType.BF16: Tolerance(rtol=1e-5, atol=2.0**-7),
             DType.INT8: Tolerance(rtol=0.0, atol=0.0),
+            DType.INT8_SAT: Tolerance(rtol=0.0, atol=0.0),
             # Each product's operands rounded to e4m3 (2^-4 relative) and e5m2 (2^-3): at most 0.19 of
             # its magnitude, plus the fp16 output's rounding.
             DType.FP16_COMP_BF8_FP8: Tolerance(rtol=0.2, atol=2.0**-10),
@@ -112,7 +119,7 @@ class ConvBwdWeight(ConvOp):
         """
         import torch
 
-        if problem.dtype is DType.INT8:
+        if problem.dtype.is_integer:
             raise UnsupportedProblem("PyTorch has no int8 convolution on the GPU")
         theirs, note = self.torch_problem(problem)
         x = self.as_framework(inputs["input"], problem, theirs, "input")

@@ -22,6 +22,8 @@ STAGING_ALIGN = 256  # bytes: each workspace region starts where a device alloca
 # The dtypes of the seed's tables; fp16 computed as fp8 is a variant of the matrix family only.
 TABLE_DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32, DType.INT8)
 ALL_CELLS = frozenset((l, d, n) for l in Layout for d in TABLE_DTYPES for n in (1, 2, 3))
+# int8 with a saturated int8 weight-gradient: the portable and the matrix family take it.
+INT8_SAT_CELLS = frozenset((l, DType.INT8_SAT, n) for l in Layout for n in (1, 2, 3))
 UP_TO_2D = frozenset(cell for cell in ALL_CELLS if cell[2] in (1, 2))
 
 # The op's tensors in kernel-argument order, and the one it writes.

@@ -15,7 +15,8 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import I32, Launch, Struct
 from ..conv import layouts as cl
-from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, fill_score, reduction_length
+from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split, fill_score,
+                     reduction_length)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Dl(BwdWeightFamily):
     template = "conv_bwd_weight/dl.hip.j2"
     params_type = DlParams
     description = "portable implicit GEMM on plain FMA: every layout, dtype and rank; split-K"
+
+    def supported_cells(self) -> frozenset:
+        return ALL_CELLS | INT8_SAT_CELLS
 
     def cell_allows(self, params: DlParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         return params.vector == 1 or cl.channel_innermost(layout)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from factory.backends import get_backend
+from factory.backends import BackendError, get_backend
 from factory.device import target_for
-from factory.problem import DType, Layout, parse_conv_problem
+from factory.problem import DType, KernelFactoryError, Layout, parse_conv_problem
 from factory.selector import lookup
 from factory.tuner import TuneSettings, tune
 
@@ -23,12 +23,24 @@ SPECS = {
 }
 
 
+def _transposed(name: str) -> bool:
+    """Whether an instance name carries the transposing pass (`_tr`, maybe followed by `_gt...`)."""
+    return name.endswith("_tr") or "_tr_" in name
+
+
 def main() -> None:
-    """Tune and print; argv: label, optional layout."""
-    backend = get_backend()
-    target = target_for(backend.device_info())
+    """Tune and print; argv: label, optional layout. Bad arguments or no GPU: one line, exit 2."""
+    if len(sys.argv) not in (2, 3):
+        print("usage: ab_tune_matrix.py LABEL [LAYOUT]", file=sys.stderr)
+        raise SystemExit(2)
     label = sys.argv[1]
-    layout = Layout(sys.argv[2]) if len(sys.argv) > 2 else Layout.NHWGC
+    try:
+        layout = Layout.parse(sys.argv[2]) if len(sys.argv) > 2 else Layout.NHWGC
+        backend = get_backend()
+    except (KernelFactoryError, BackendError) as exc:
+        print(f"ab_tune_matrix: {str(exc).splitlines()[0]}", file=sys.stderr)
+        raise SystemExit(2) from None
+    target = target_for(backend.device_info())
     for name, spec in SPECS.items():
         problem = parse_conv_problem(spec, layout, DType.FP16)
         if layout is not Layout.NHWGC and name == "r2plus1d_t3":
@@ -39,8 +51,8 @@ def main() -> None:
         bad = [m for m in ms if not m.verified]
         print(f"{label} {name}: {len(ok)}/{len(ms)} verified; best {ok[0].median_us:.1f} us {ok[0].instance}; "
               f"2nd {ok[1].median_us:.1f} {ok[1].instance}", flush=True)
-        tr = [m for m in ok if m.instance.endswith("_tr")]
-        rows = [m for m in ok if not m.instance.endswith("_tr")]
+        tr = [m for m in ok if _transposed(m.instance)]
+        rows = [m for m in ok if not _transposed(m.instance)]
         if tr and rows:
             print(f"   best transposed {tr[0].median_us:.1f} us {tr[0].instance}; best direct {rows[0].median_us:.1f} us {rows[0].instance}")
         for m in bad[:3]:

@@ -20,8 +20,8 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Buf, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
-from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily, Reduction, check_split,
-                     fill_score, reduction_length)
+from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily,
+                     Reduction, check_split, fill_score, reduction_length)
 
 # The instruction tile of templates/common/mma.h: m16n8k16 for 16-bit operands, m16n8k8 (three TF32
 # products) for fp32, m16n8k32 for int8 and fp8; block_k is a multiple of 16, and of 32 for the k32 forms.
@@ -123,16 +123,15 @@ class Mma(BwdWeightFamily):
     name = "mma"
     template = "conv_bwd_weight/mma.hip.j2"
     params_type = MmaParams
-    description = "implicit GEMM on matrix instructions (mma.sync; fp32 as 3xTF32, int8 on s8); split-K"
+    description = ("implicit GEMM on matrix instructions (mma.sync; fp32 as 3xTF32, int8 on s8, fp8 from fp16); "
+                   "split-K; NGCHW transposing pass; groups per tile")
 
     def supported_cells(self) -> frozenset:
         return CELLS
 
     def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        if params.transpose and cl.channel_innermost(layout):
-            return False  # already channels-last
-        if params.groups_per_tile > 1 and not (cl.channel_innermost(layout) or params.transpose):
-            return False  # several groups fill a tile where their channels lie side by side
+        if not staging_fits_layout(params, layout):
+            return False
         if dtype in K32_DTYPES and params.block_k % 32:
             return False
         return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
@@ -161,7 +160,9 @@ class Mma(BwdWeightFamily):
         values = super().template_values(params, layout, dtype, ndim)
         if params.transpose:  # the main kernel reads the channels-last copies
             values |= {"a_rmajor": "true", "b_rmajor": "true"}
-        return values | {"tin": FP8_OPERANDS} if dtype is DType.FP16_COMP_BF8_FP8 else values
+        if dtype is DType.FP16_COMP_BF8_FP8:
+            values["tin"] = FP8_OPERANDS
+        return values | {"transpose_tile": TRANSPOSE_TILE, "transpose_threads": TRANSPOSE_THREADS}
 
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.dtype is DType.FP16_COMP_BF8_FP8 and MatrixUnit.MMA_FP8 not in target.matrix_units:
@@ -197,14 +198,12 @@ class Mma(BwdWeightFamily):
         into the workspace by kf_to_channels_last, one 64 x 64 tile of (channels, positions) a block."""
         if not p.transpose:
             return (), 0
-        size = OPERAND_BYTES[problem.dtype]
-        launches, offset = [], at
-        for name, channels, spatial in _staged_tensors(problem):
-            launches.append(Launch(
-                "kf_to_channels_last", (math.ceil(spatial / TRANSPOSE_TILE), math.ceil(channels / TRANSPOSE_TILE), problem.N),
-                (TRANSPOSE_THREADS, 1, 1), (Buf(name), Buf("workspace", offset), I32(channels), I32(spatial))))
-            offset += math.ceil(problem.N * channels * spatial * size / STAGING_ALIGN) * STAGING_ALIGN
-        return tuple(launches), offset - at
+        regions = _staged_regions(problem, at)
+        launches = tuple(
+            Launch("kf_to_channels_last", (math.ceil(r.spatial / TRANSPOSE_TILE), math.ceil(r.channels / TRANSPOSE_TILE), problem.N),
+                   (TRANSPOSE_THREADS, 1, 1), (Buf(r.tensor), r.copy, I32(r.channels), I32(r.spatial)))
+            for r in regions)
+        return launches, regions[-1].end - at
 
     def conv_args(self, p: MmaParams, problem: ConvProblem, dst: str, staging_at: int) -> Struct:
         args = super().conv_args(p, problem, dst, staging_at)
@@ -212,10 +211,9 @@ class Mma(BwdWeightFamily):
             return args
         # The copies' geometry is the NHWGC problem's; the weight keeps the problem's own layout.
         copies = kernel_args(TENSORS, dataclasses.replace(problem, layout=Layout.NHWGC), {OUTPUT: dst})
-        (_, in_c, in_s), _ = _staged_tensors(problem)
-        at_out = staging_at + math.ceil(problem.N * in_c * in_s * OPERAND_BYTES[problem.dtype] / STAGING_ALIGN) * STAGING_ALIGN
+        staged_in, staged_out = _staged_regions(problem, staging_at)
         moved = {f: v for f, v in copies.fields if f.startswith(("in_", "out_"))}
-        return args.replace(**moved, **{"in": Buf("workspace", staging_at), "out": Buf("workspace", at_out)})
+        return args.replace(**moved, **{"in": staged_in.copy, "out": staged_out.copy})
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
@@ -251,10 +249,36 @@ def _row_chunks_why_not(p: MmaParams, problem: ConvProblem) -> str | None:
     return None
 
 
-def _staged_tensors(problem: ConvProblem) -> tuple[tuple[str, int, int], tuple[str, int, int]]:
-    """(tensor, channels, positions per sample) of the input and the output gradient."""
-    return (("input", problem.G * problem.C, math.prod(problem.input)),
-            ("grad_output", problem.G * problem.K, math.prod(problem.output)))
+def staging_fits_layout(p: Any, layout: Layout) -> bool:
+    """The transposing pass serves NGCHW tensors (channels-last ones need none); several groups per
+    tile need channels-last data, as given or as copied by the pass."""
+    channels_last = cl.channel_innermost(layout)
+    if p.transpose and channels_last:
+        return False
+    return p.groups_per_tile == 1 or channels_last or p.transpose
+
+
+@dataclass(frozen=True)
+class StagedRegion:
+    """Where the transposing pass puts one tensor's channels-last copy in the workspace."""
+
+    tensor: str
+    channels: int  # G * C or G * K
+    spatial: int  # positions per sample
+    copy: Buf
+    end: int  # the byte after the region, aligned for the next
+
+
+def _staged_regions(problem: ConvProblem, at: int) -> tuple[StagedRegion, StagedRegion]:
+    """The input's and the output gradient's copies, one after the other from byte `at`."""
+    size = OPERAND_BYTES[problem.dtype]
+    regions, offset = [], at
+    for name, channels, spatial in (("input", problem.G * problem.C, math.prod(problem.input)),
+                                    ("grad_output", problem.G * problem.K, math.prod(problem.output))):
+        end = offset + math.ceil(problem.N * channels * spatial * size / STAGING_ALIGN) * STAGING_ALIGN
+        regions.append(StagedRegion(name, channels, spatial, Buf("workspace", offset), end))
+        offset = end
+    return regions[0], regions[1]
 
 
 def _gemm_shape(p: MmaParams, problem: ConvProblem) -> tuple[int, int]:

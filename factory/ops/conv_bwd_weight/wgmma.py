@@ -17,7 +17,7 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Family
 from ..conv import layouts as cl
 from .common import ALL_CELLS, Reduction, check_split
-from .mma import Mma, gemm_template_values
+from .mma import Mma, gemm_template_values, staging_fits_layout
 
 GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
 GROUP_THREADS = 128
@@ -98,17 +98,15 @@ class WgmmaParams:
 class Wgmma(Mma):
     name = "wgmma"
     params_type = WgmmaParams
-    description = "implicit GEMM on Hopper warpgroup MMA (wgmma, sm_90a): channels-last fp16/bf16; split-K"
+    description = ("implicit GEMM on Hopper warpgroup MMA (wgmma, sm_90a): fp16/bf16, channels-last or through the "
+                   "NGCHW transposing pass; split-K; slices; groups per tile")
 
     def supported_cells(self) -> frozenset:
         return CELLS
 
     def cell_allows(self, params: WgmmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        # Tiles are r-major: channels-last tensors, or NGCHW ones through the transposing pass; several
-        # groups per tile where their channels lie side by side.
-        if params.groups_per_tile > 1 and not (cl.channel_innermost(layout) or params.transpose):
-            return False
-        return cl.channel_innermost(layout) != params.transpose
+        # Tiles are r-major: channels-last tensors, or NGCHW ones through the transposing pass.
+        return staging_fits_layout(params, layout) and (cl.channel_innermost(layout) or params.transpose)
 
     def needs(self, params: WgmmaParams) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.WGMMA})

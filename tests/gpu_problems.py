@@ -63,6 +63,10 @@ CASES = [
     (Layout.NGCHW, DType.FP16_COMP_BF8_FP8, "N=2,G=2,C=24,K=40,input=16x16,filter=3x3,stride=2,pad=1"),
     (Layout.GNHWC, DType.FP16_COMP_BF8_FP8, "N=1,G=1,C=37,K=29,input=20x24,filter=3x3,pad=0,dilation=2,alpha=0.5,beta=1"),
     (Layout.NGCHW_GKYXC, DType.FP16_COMP_BF8_FP8, "N=3,G=2,C=8,K=16,input=5x6x7,filter=3x3x3,pad=1"),
+    # NGCHW grouped, large enough for the transposing pass's split-K points, with several groups per tile
+    # after it (channels and positions multiples of 8: the pass's 16-byte path; 13x13: its element path).
+    (Layout.NGCHW, DType.FP16, "N=4,G=4,C=8,K=16,input=16x16,filter=3x3,pad=1"),
+    (Layout.NGCHW_GKYXC, DType.BF16, "N=6,G=4,C=8,K=8,input=13x13,filter=3x3,pad=1"),
     # Output epilogues: Bilinear on a grouped fp16 problem; Bilinear on depthwise fp32 weights (atomic
     # split-K then goes through a workspace and the finishing kernel); int8 in exact integers.
     (Layout.NHWGC, DType.FP16, "N=2,G=4,C=3,K=5,input=17x17,filter=3x3,stride=2,pad=1,alpha=0.5,beta=-1"),

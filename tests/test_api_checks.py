@@ -191,7 +191,8 @@ def test_select_force_checks_the_name(backend):
         select(p, mode="force", backend=backend)
     with pytest.raises(UnsupportedProblem, match="no instance named 'conv_bwd_weight_nonsense'"):
         select(p, mode="force", instance="conv_bwd_weight_nonsense", backend=backend)
-    wrong_cell = next(i for i in all_instances() if i.layout is Layout.NGCHW and i.ndim == 2 and i.dtype is DType.FP16)
+    wrong_cell = next(i for i in all_instances() if i.op is p.op and i.layout is Layout.NGCHW and i.ndim == 2
+                      and i.dtype is DType.FP16)
     with pytest.raises(UnsupportedProblem, match=r"does not compute this problem: layout is ngchw, problem is nhwgc"):
         select(p, mode="force", instance=wrong_cell.name, backend=backend)
     assert not backend.touched_device

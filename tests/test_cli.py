@@ -214,7 +214,7 @@ def test_list_problem_json_partitions_the_op_into_applicable_and_rejected(capsys
     op_names = {i.name for i in all_instances() if i.op is Op.CONV_BWD_WEIGHT}
     op_names |= {i.name for i in specialized_instances(PROBLEM)}  # the problem's 3x3 from the dwr templates
     assert set(applicable) | set(rejected) == op_names and not set(applicable) & set(rejected)
-    other_layout = next(i for i in all_instances() if i.layout is Layout.NGCHW)
+    other_layout = next(i for i in all_instances() if i.op is Op.CONV_BWD_WEIGHT and i.layout is Layout.NGCHW)
     assert rejected[other_layout.name] == "layout is ngchw, problem is nhwgc"
 
 

@@ -1,4 +1,6 @@
-"""The numpy reference agrees with PyTorch CPU's convolution_backward in float64."""
+"""The numpy references agree with PyTorch CPU's convolution_backward in float64."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ torch = pytest.importorskip("torch")
 from factory.ops.conv import explicit_padding
 from factory.ops.conv import layouts as cl
 from factory.ops.conv_bwd_weight import SOLVER
-from factory.problem import ConvProblem, DType, Layout
+from factory.problem import ConvProblem, DType, Layout, Op
 
 
 def random_problems(count: int, seed: int):
@@ -75,3 +77,44 @@ def test_int8_reference_is_exact_integer():
     dyl = cl.activation(p, "K").to_logical(dy)
     by_hand = int(np.sum(xl[:, 0, 0] * dyl[:, 0, 0]))
     assert cl.weight(p).to_logical(dw)[0, 0, 0, 1, 1] == by_hand
+
+
+# --- conv_bwd_data ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("problem", random_problems(36, seed=8), ids=lambda p: p.key)
+def test_bwd_data_reference_matches_torch(problem):
+    """dIn from dOut and W, every layout and rank, strides and dilations, asymmetric padding (cropped
+    from PyTorch's explicitly padded input as the bench baseline does)."""
+    from factory.ops.conv_bwd_data import SOLVER as DATA
+
+    problem = dataclasses.replace(problem, op=Op.CONV_BWD_DATA)
+    rng = np.random.default_rng(1)
+    dy_log = rng.standard_normal(problem.output_shape_logical)
+    w_log = rng.standard_normal(problem.weight_shape_logical)
+    inputs = {"grad_output": cl.activation(problem, "K").from_logical(dy_log), "weight": cl.weight(problem).from_logical(w_log)}
+    ours = cl.activation(problem, "C").to_logical(DATA.reference(problem, inputs)["grad_input"])
+
+    G, C, K, N = problem.G, problem.C, problem.K, problem.N
+    x_t, padding = explicit_padding(torch.zeros((N, G * C, *problem.input), dtype=torch.float64), problem)
+    dx_t = torch.ops.aten.convolution_backward(
+        torch.from_numpy(dy_log.reshape(N, G * K, *problem.output)), x_t,
+        torch.from_numpy(w_log.reshape(G * K, C, *problem.filter)), None, list(problem.stride), padding,
+        list(problem.dilation), False, [0] * problem.ndim, G, [True, False, False],
+    )[0]
+    crop = (slice(None), slice(None)) + tuple(slice(l - c, l - c + n) for l, c, n in zip(problem.pad, padding, problem.input))
+    np.testing.assert_allclose(ours.reshape(N, G * C, *problem.input), dx_t[crop].numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_bwd_data_int8_reference_is_exact_integer():
+    from factory.ops.conv_bwd_data import SOLVER as DATA
+
+    p = ConvProblem(N=1, G=1, C=2, K=3, input=(4, 4), filter=(3, 3), stride=(1, 1), pad=(1, 1),
+                    dilation=(1, 1), layout=Layout.NHWGC, dtype=DType.INT8, op=Op.CONV_BWD_DATA)
+    rng = np.random.default_rng(2)
+    dy = rng.integers(-4, 5, size=cl.activation(p, "K").shape).astype(np.int64)
+    w = rng.integers(-4, 5, size=cl.weight(p).shape).astype(np.int64)
+    dx = DATA.reference(p, {"grad_output": dy, "weight": w})["grad_input"]
+    assert dx.dtype == np.int64
+    # Input (1, 1) of channel 0 is reached by every tap: tap (y, x) from output (2 - y, 2 - x).
+    dyl, wl = cl.activation(p, "K").to_logical(dy), cl.weight(p).to_logical(w)
+    by_hand = sum(int(dyl[0, 0, k, 2 - y, 2 - x] * wl[0, k, 0, y, x]) for k in range(3) for y in range(3) for x in range(3))
+    assert cl.activation(p, "C").to_logical(dx)[0, 0, 0, 1, 1] == by_hand

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from ..problem import Op, UnsupportedProblem
 from .base import OpModule
+from .conv_bwd_data import SOLVER as _CONV_BWD_DATA
 from .conv_bwd_weight import SOLVER as _CONV_BWD_WEIGHT
 from .groupnorm_bwd import SOLVER as _GROUPNORM_BWD
 
 SOLVERS: dict[Op, OpModule] = {
     Op.CONV_BWD_WEIGHT: _CONV_BWD_WEIGHT,
+    Op.CONV_BWD_DATA: _CONV_BWD_DATA,
     Op.GROUPNORM_BWD: _GROUPNORM_BWD,
 }
 

@@ -1,0 +1,99 @@
+"""Grouped N-D convolution backward-data: dIn[g] = col2im(W[g]^T * dOut[g]).
+
+The op: its tensors (grad_output, weight -> grad_input), numpy reference, tolerances and cuDNN
+baseline. grad_input takes the tensors' dtype (fp16, bf16, fp32); int8 tensors multiply exactly and
+write an int32 grad_input. The kernels are its families, one module each:
+- `direct`: portable, memory bound: a thread per grad_input element (a vector of groups when C = K = 1),
+  every layout, dtype and rank; the depthwise family.
+- `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h), strided
+  problems split by stride phase so no product with a tap that cannot reach an input is computed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...problem import ConvProblem, DType, Op, Scalar, UnsupportedProblem
+from ..base import TorchBaseline, Tolerance
+from ..conv import ConvOp, explicit_padding, physical
+from .common import OUTPUT, TENSORS, result_scalar
+from .direct import Direct, DirectParams
+from .mma import Mma, MmaParams
+from .reference import reference_logical
+
+
+class ConvBwdData(ConvOp):
+    """The `conv_bwd_data` op (see factory.ops.base.OpModule)."""
+
+    op = Op.CONV_BWD_DATA
+    family_list = (Direct(), Mma())
+    tensor_names = TENSORS
+    output_name = OUTPUT
+
+    def scalar_of(self, problem: ConvProblem, name: str) -> Scalar:
+        return result_scalar(problem.dtype) if name == OUTPUT else problem.dtype.tensor
+
+    def traffic(self, problem: ConvProblem) -> tuple[int, int]:
+        """grad_output and the weight read once, grad_input written once; the multiply-accumulates."""
+        t = problem.dtype.tensor.nbytes
+        read = (math.prod(problem.output_shape_logical) + math.prod(problem.weight_shape_logical)) * t
+        written = math.prod(problem.input_shape_logical) * result_scalar(problem.dtype).nbytes
+        return read + written, problem.macs
+
+    def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """dIn in float64 (int64 for int8, whose kernels sum exactly in int32), physical layout."""
+        acc = np.int64 if problem.dtype.is_integer else np.float64
+        dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"]).astype(acc)
+        w = physical(problem, TENSORS["weight"]).to_logical(inputs["weight"]).astype(acc)
+        dx = reference_logical(problem, dy, w)
+        return {OUTPUT: physical(problem, TENSORS[OUTPUT]).from_logical(dx)}
+
+    def tolerance(self, dtype: DType) -> Tolerance:
+        # rtol bounds |out - ref| relative to sum |dy*w| (the dot products' own scale) plus output rounding.
+        return {
+            DType.FP32: Tolerance(rtol=1e-5, atol=0.0),
+            DType.FP16: Tolerance(rtol=1e-5, atol=2.0**-10),
+            DType.BF16: Tolerance(rtol=1e-5, atol=2.0**-7),
+            DType.INT8: Tolerance(rtol=0.0, atol=0.0),
+        }[dtype]
+
+    def torch_baseline(self, problem: ConvProblem, inputs: Mapping[str, Any]) -> TorchBaseline:
+        """cuDNN's input gradient (aten.convolution_backward, output mask [True, False, False]).
+
+        Layouts PyTorch has run on views of our own buffers; GNHWC runs on an NHWGC copy (the note says
+        so). Asymmetric padding: PyTorch pads both sides alike, so it computes the gradient of an input
+        padded explicitly by the difference, which is then cropped away.
+        """
+        import torch
+
+        if problem.dtype.is_integer:
+            raise UnsupportedProblem("PyTorch has no int8 convolution on the GPU")
+        theirs, note = self.torch_problem(problem)
+        dy = self.as_framework(inputs["grad_output"], problem, theirs, "grad_output")
+        w = self.as_framework(inputs["weight"], problem, theirs, "weight")
+        x = torch.empty(physical(theirs, TENSORS[OUTPUT]).shape, dtype=dy.dtype, device=dy.device)
+        x, padding = explicit_padding(x.as_strided(*self.framework_view(theirs, OUTPUT)), problem)
+        crop = (slice(None), slice(None)) + tuple(
+            slice(l - c, l - c + size) for l, c, size in zip(problem.pad, padding, problem.input))
+        if not problem.symmetric:
+            note = "; ".join(filter(None, [note, "PyTorch given an explicitly padded input (asymmetric padding)"]))
+        last: dict[str, Any] = {}
+
+        def run() -> None:
+            last["dx"] = torch.ops.aten.convolution_backward(
+                dy, x, w, None, list(problem.stride), padding, list(problem.dilation),
+                False, [0] * problem.ndim, problem.G, [True, False, False],
+            )[0]
+
+        def outputs() -> dict[str, Any]:
+            return {OUTPUT: self.from_framework(last["dx"][crop], problem, OUTPUT)}
+
+        return TorchBaseline(run, outputs, note)
+
+
+SOLVER = ConvBwdData()
+
+__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "MmaParams", "reference_logical"]

@@ -1,0 +1,64 @@
+"""What the backward-data families share: the op's tensors and cells, and the plan around a main kernel."""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, DType, Layout, Scalar
+from ..base import Family, Launch, LaunchPlan, Struct
+from ..conv import ConvTensor, cpp_type, kernel_args, too_large
+
+GRID_Y_LIMIT = 65535
+# fp16, bf16 and fp32 write a gradient of their own type; int8 multiplies exactly and writes int32.
+DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.INT8)
+ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DTYPES for n in (1, 2, 3))
+
+# The op's tensors in kernel-argument order, and the one it writes.
+TENSORS = {"grad_output": ConvTensor.ACTIVATION_OUT, "weight": ConvTensor.WEIGHT, "grad_input": ConvTensor.ACTIVATION_IN}
+OUTPUT = "grad_input"
+
+
+def result_scalar(dtype: DType) -> Scalar:
+    """The written gradient's storage type: the tensors' own, int32 for int8 (exact int32 sums)."""
+    return dtype.weight  # fp16, bf16, fp32 as given; int8 -> int32
+
+
+def input_positions(problem: ConvProblem) -> int:
+    """Elements of one channel of the gradient: N times the input positions."""
+    return problem.N * math.prod(problem.input)
+
+
+class BwdDataFamily(Family[Any, ConvProblem]):
+    """A backward-data family: the op-wide checks and template values, and a plan of one main kernel
+    `kf_main(const kf_conv_args a, <the family's own parameters>)` (no workspace, no epilogue: every
+    element of grad_input is written once by the block that computes it)."""
+
+    def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
+        return ALL_CELLS
+
+    def why_not(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        return too_large(problem) or self.why_not_here(params, problem, target)
+
+    @abstractmethod
+    def why_not_here(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        """The family's own reasons (the op-wide ones are checked first)."""
+
+    def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
+        values = dict(params.template_values())
+        values.update(tin=cpp_type(dtype.tensor), tout=cpp_type(result_scalar(dtype)),
+                      acc="int" if dtype.accumulator is Scalar.I32 else "float")
+        return values | self.layout_values(params, layout)
+
+    def layout_values(self, params: Any, layout: Layout) -> dict[str, Any]:
+        """Template values that depend on the layout (none unless a family says so)."""
+        return {}
+
+    @abstractmethod
+    def main_launch(self, params: Any, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
+        """The family's kernel, `args` (the conv argument struct) first."""
+
+    def launch_plan(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        return LaunchPlan((self.main_launch(params, problem, target, kernel_args(TENSORS, problem)),))

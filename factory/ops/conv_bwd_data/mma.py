@@ -1,0 +1,150 @@
+"""`mma`: backward-data as implicit GEMM on matrix instructions (templates/common/igemm.h, mma.h).
+
+Per group and stride phase (templates/conv_bwd_data/mma.hip.j2): dIn (input positions of the phase x
+C) = sum over (tap of the phase, k) of dOut x W, with blocks tiling positions (M) and channels (N) and
+warps issuing mma.sync (fp32 as three TF32 products, int8 on s8 with int32 sums). A strided problem
+runs its stride phases as grid z, each reducing over only the taps that reach it (CK's YTilde/XTilde
+split, in one launch); a 1x1 stride-1 problem is one phase with one tap: a plain GEMM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget, MatrixUnit
+from ...problem import ConvProblem, DType, Layout
+from ..base import Launch, Struct
+from ..conv import layouts as cl
+from ..conv_bwd_weight.common import fill_score
+from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
+
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # templates/common/mma.h's 16-bit instruction tile
+K32_DTYPES = frozenset({DType.INT8})  # m16n8k32: block_k a multiple of 32
+LANES = 32
+OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1}
+CHUNK_BYTES_MAX = 16
+MAX_TAPS = 256  # the template's table of a phase's taps
+TAP_BYTES = 20  # one table entry (Tap: two offsets, three ints)
+GRID_Z_LIMIT = 65535
+
+
+@dataclass(frozen=True)
+class MmaParams:
+    block_m: int  # input positions per block
+    block_n: int  # input channels per block
+    block_k: int  # reduction rows (tap, k) per stage
+    warps_m: int
+    warps_n: int
+    stages: int
+    vector_a: int  # output-gradient elements per chunk (along k; 1 where K is not innermost)
+    vector_b: int  # weight elements per chunk (along c; 1 where C is not innermost)
+
+    def __post_init__(self) -> None:
+        if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
+            raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
+                             f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
+        if self.block_k % MMA_K or self.threads % self.block_k:
+            raise ValueError(f"block_k {self.block_k} must be a multiple of {MMA_K} dividing the {self.threads} threads")
+        if self.stages < 2:
+            raise ValueError("the pipeline needs at least 2 stages")
+        for v in (self.vector_a, self.vector_b):
+            if v not in (1, 2, 4, 8, 16) or self.block_k % v or self.block_n % v:
+                raise ValueError(f"vector width {v} must be 1, 2, 4, 8 or 16 and divide the block tile")
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * LANES
+
+    def shared_bytes(self, layout: Layout, dtype: DType) -> int:
+        """The pipeline's shared memory (igemm.h Config::SHARED_BYTES): every stage's A and B tiles,
+        rows padded by 16 bytes; A is r-major where the output gradient is not channels-last."""
+        size = OPERAND_BYTES[dtype]
+        pad = 16 // size
+        a = self.block_k * (self.block_m + pad) if a_rmajor(layout) else self.block_m * (self.block_k + pad)
+        b = self.block_k * (self.block_n + pad)
+        return (a + b) * self.stages * size
+
+    def suffix(self) -> str:
+        return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
+                f"_v{self.vector_a}x{self.vector_b}")
+
+    def template_values(self) -> dict[str, Any]:
+        return {"engine": "mma", "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
+                "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
+                "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS}
+
+
+def a_rmajor(layout: Layout) -> bool:
+    """Output-gradient tiles are stored r-major (element by element) unless K is innermost."""
+    return not cl.channel_innermost(layout)
+
+
+def weight_c_innermost(layout: Layout) -> bool:
+    return layout.weight_order.endswith("C")
+
+
+class Mma(BwdDataFamily):
+    name = "mma"
+    template = "conv_bwd_data/mma.hip.j2"
+    params_type = MmaParams
+    description = ("implicit GEMM on matrix instructions (mma.sync; fp32 as 3xTF32, int8 on s8); strided problems "
+                   "split by stride phase, only the taps that reach a phase multiplied")
+
+    def supported_cells(self) -> frozenset:
+        return ALL_CELLS
+
+    def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        if dtype in K32_DTYPES and params.block_k % 32:
+            return False
+        if params.vector_a > 1 and a_rmajor(layout) or params.vector_b > 1 and not weight_c_innermost(layout):
+            return False
+        return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
+
+    def needs(self, params: MmaParams) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.MMA_SYNC})
+
+    def why_not_on(self, params: MmaParams, target: DeviceTarget) -> str | None:
+        if MatrixUnit.MMA_SYNC not in target.matrix_units:
+            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
+        return None
+
+    def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.G > GRID_Y_LIMIT:
+            return f"G={problem.G} exceeds the grid's {GRID_Y_LIMIT} groups"
+        if math.prod(problem.stride) > GRID_Z_LIMIT:
+            return f"{math.prod(problem.stride)} stride phases exceed the grid's {GRID_Z_LIMIT}"
+        if problem.filter_volume > MAX_TAPS:
+            return f"filter has {problem.filter_volume} taps, the phase table holds {MAX_TAPS}"
+        if problem.K % p.vector_a or problem.C % p.vector_b:
+            return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by them "
+                    f"(C={problem.C}, K={problem.K})")
+        shared = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES
+        if shared > target.shared_optin:
+            return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
+        return None
+
+    def layout_values(self, params: MmaParams, layout: Layout) -> dict[str, Any]:
+        return {"a_rmajor": "true" if a_rmajor(layout) else "false"}
+
+    def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
+        return Launch("kf_main", (_tiles(p, problem), problem.G, math.prod(problem.stride)), (p.threads, 1, 1), (args,),
+                      shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
+
+    def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        blocks = _tiles(p, problem) * problem.G * math.prod(problem.stride)
+        used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
+        full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
+        wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
+        many = 1.0 if problem.C * problem.K > 16 else -1.0  # few channels per group: the direct family's
+        return 2.0 + many + used_n + wide + fill_score(blocks, target)
+
+
+def phase_positions(problem: ConvProblem) -> int:
+    """Input positions (times N) of the largest stride phase: ceil(input / stride) along each axis."""
+    return problem.N * math.prod(math.ceil(i / s) for i, s in zip(problem.input, problem.stride))
+
+
+def _tiles(p: MmaParams, problem: ConvProblem) -> int:
+    return math.ceil(phase_positions(problem) / p.block_m) * math.ceil(problem.C / p.block_n)

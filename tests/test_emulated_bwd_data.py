@@ -1,0 +1,130 @@
+"""conv_bwd_data kernels run on the host (kernel_emulator) against the numpy reference, without a GPU.
+
+The cases reach both families, the four layouts, the four dtypes and the three ranks, with odd sizes,
+strides 2 and 3 (stride phases with several, one or no taps), dilation, pad 0, asymmetric padding, N=1
+and depthwise vectors along groups. The instance of a case is picked by a hash of its name among those
+`lookup` finds, so the cases spread over the catalog. Two broken launch plans show the checks can fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+import kernel_emulator
+from factory.catalog import Instance
+from factory.device import TARGETS
+from factory.ops.base import Launch
+from factory.ops.conv_bwd_data import SOLVER
+from factory.problem import ConvProblem, DType, Layout
+from factory.selector import lookup
+
+pytestmark = pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
+
+L, D = Layout, DType
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    family: str
+    layout: Layout
+    dtype: DType
+    spec: str
+    pick: Callable[[Any], bool] | None = None
+
+    @property
+    def problem(self) -> ConvProblem:
+        return SOLVER.parse_problem(self.spec, self.layout, self.dtype)
+
+
+CASES = [
+    Case("direct-nhwgc-fp16-2d-groups", "direct", L.NHWGC, D.FP16, "N=2,G=16,C=1,K=1,input=9x7,filter=3x3,pad=1",
+         lambda p: p.vector == 8),
+    Case("direct-ngchw-fp32-2d-s2", "direct", L.NGCHW, D.FP32, "N=2,G=2,C=3,K=5,input=9x7,filter=3x3,stride=2,pad=1"),
+    Case("direct-gnhwc-int8-3d", "direct", L.GNHWC, D.INT8, "N=1,G=2,C=4,K=3,input=5x6x7,filter=3x2x3,stride=2x1x2,pad=1,dilation=1x2x1",
+         lambda p: p.vector == 4),
+    Case("direct-gkyxc-bf16-1d-any", "direct", L.NGCHW_GKYXC, D.BF16, "N=3,G=2,C=2,K=3,input=40,filter=5,stride=3,pad=2,dilation=2",
+         lambda p: p.compiled is None),
+    Case("direct-nhwgc-fp16-2d-asym", "direct", L.NHWGC, D.FP16, "N=1,G=3,C=4,K=2,input=8x9,filter=4x4,stride=2,pad_left=1,pad_right=2",
+         lambda p: p.compiled is not None and p.vector == 2),
+    Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=9x7,filter=3x3,pad=1"),
+    Case("mma-nhwgc-bf16-2d-s2", "mma", L.NHWGC, D.BF16, "N=2,G=1,C=8,K=16,input=11x9,filter=3x3,stride=2,pad=1"),
+    Case("mma-ngchw-fp32-2d-s2-p0", "mma", L.NGCHW, D.FP32, "N=2,G=2,C=3,K=5,input=9x7,filter=3x3,stride=2,pad=0"),
+    Case("mma-gnhwc-int8-3d-s2-d2", "mma", L.GNHWC, D.INT8, "N=1,G=2,C=32,K=32,input=5x6x7,filter=3x3x3,stride=2,pad=1,dilation=1x2x1"),
+    Case("mma-gkyxc-fp16-1d-s3-d2", "mma", L.NGCHW_GKYXC, D.FP16, "N=3,G=1,C=8,K=8,input=40,filter=5,stride=3,pad=2,dilation=2"),
+    Case("mma-nhwgc-fp16-1x1-s2", "mma", L.NHWGC, D.FP16, "N=2,G=1,C=16,K=16,input=8x8,filter=1x1,stride=2,pad=0"),
+    Case("mma-gnhwc-fp32-3d-c3", "mma", L.GNHWC, D.FP32, "N=1,G=2,C=3,K=5,input=6x5x7,filter=2x3x3,stride=1x2x1,pad=0x1x1"),
+    Case("mma-ngchw-int8-1d", "mma", L.NGCHW, D.INT8, "N=2,G=1,C=12,K=20,input=50,filter=3,pad=1"),
+    Case("mma-gkyxc-bf16-2d-asym", "mma", L.NGCHW_GKYXC, D.BF16, "N=1,G=1,C=24,K=8,input=10x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
+]
+
+
+def pick_instance(case: Case) -> Instance:
+    candidates = sorted((i for i in lookup(case.problem, target=TARGETS["sm_90a"])
+                         if i.family == case.family and (case.pick is None or case.pick(i.params))), key=lambda i: i.name)
+    assert candidates, f"{case.id}: no {case.family} instance computes {case.spec}"
+    return candidates[zlib.crc32(case.id.encode()) % len(candidates)]
+
+
+@pytest.fixture(scope="module")
+def picked() -> dict[str, Instance]:
+    chosen = {case.id: pick_instance(case) for case in CASES}
+    kernel_emulator.prebuild([(chosen[c.id], c.problem) for c in CASES])
+    return chosen
+
+
+def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:
+    for family in SOLVER.families:
+        cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}
+        supported = SOLVER.supported_cells(family)
+        for axis in range(3):
+            assert {cell[axis] for cell in cells} == {cell[axis] for cell in supported}, (family, axis)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_emulated_bwd_data_matches_reference(case: Case, picked: dict[str, Instance]) -> None:
+    inst = picked[case.id]
+    verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
+    assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+
+
+def _fewer_phases(plan: Any) -> Any:
+    """The last stride phase (grid z) is not launched: its inputs keep the poison."""
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_main":
+            gx, gy, gz = step.grid
+            assert gz > 1
+            return dataclasses.replace(step, grid=(gx, gy, gz - 1))
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+def _fewer_blocks(plan: Any) -> Any:
+    """One block fewer along grid x: the last tile of positions is never written."""
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_main":
+            gx, gy, gz = step.grid
+            return dataclasses.replace(step, grid=(gx - 1, gy, gz))
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+BROKEN = [("mma-nhwgc-bf16-2d-s2", _fewer_phases), ("direct-ngchw-fp32-2d-s2", _fewer_blocks),
+          ("mma-nhwgc-fp16-2d", _fewer_blocks)]
+
+
+@pytest.mark.parametrize("case_id, breakage", BROKEN, ids=lambda v: getattr(v, "__name__", v))
+def test_emulator_catches_a_broken_launch_plan(case_id: str, breakage: Callable[[Any], Any],
+                                               picked: dict[str, Instance], monkeypatch: pytest.MonkeyPatch) -> None:
+    case = next(c for c in CASES if c.id == case_id)
+    inst = picked[case_id]
+    assert kernel_emulator.check_instance(inst, case.problem).ok
+    right = kernel_emulator._plan
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: breakage(right(i, p)))
+    verdict = kernel_emulator.check_instance(inst, case.problem)
+    assert not verdict.ok and "not finite" in verdict.message, verdict.message

@@ -28,7 +28,7 @@ from .compile_cache import CompileJob, compile_cached
 from .device import target_for
 from .executor import MODULES, PreparedPlan
 from .ops import solver_for
-from .ops.base import Launch, TensorSpec
+from .ops.base import Launch, Role, TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
 from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, served_choice
 from . import sources
@@ -286,6 +286,12 @@ class Kernel:
         self._accepted = {name: self._accepted_layouts(name) for name in self.specs}
         self._dtypes = {name: _framework_dtype(spec) for name, spec in self.specs.items()}
         self._torch_accepted: dict[str, tuple[Any, list]] | None = None  # built on the first torch call
+        # Written tensors and the tensors they must not overlap (byte extents): (output, size, others).
+        aliasable = self._solver.aliasable(problem)
+        self._overlap_checks = tuple(
+            (out.name, out.nbytes, tuple((other.name, other.nbytes, (out.name, other.name) in aliasable)
+                                         for other in self.specs.values() if other.name != out.name))
+            for out in self.specs.values() if out.role is Role.OUTPUT)
 
     @property
     def name(self) -> str:
@@ -310,6 +316,7 @@ class Kernel:
         pointers = self._torch_fast_pointers(tensors)
         if pointers is None:
             pointers = self._checked_pointers(tensors)
+        self._refuse_overlap(pointers)
         if stream is None:
             # One stream lookup per call (not per tensor): it costs microseconds on the caller's hot path.
             stream = _current_stream(next(iter(tensors.values()))) or 0
@@ -325,7 +332,22 @@ class Kernel:
             if ptr & _MISALIGNED:
                 raise _misaligned(name, ptr)
             resolved[name] = ptr
+        self._refuse_overlap(resolved)
         self._enqueue(resolved, stream)
+
+    def _refuse_overlap(self, pointers: Mapping[str, int]) -> None:
+        """A written tensor may not share memory with another tensor of the call (the kernel would read
+        what it has already overwritten), except the very same buffer where the op allows it (an
+        epilogue's D may be the output itself)."""
+        for out, out_bytes, others in self._overlap_checks:
+            start = pointers[out]
+            for name, nbytes, same_allowed in others:
+                other = pointers[name]
+                if other < start + out_bytes and start < other + nbytes:
+                    if same_allowed and other == start:
+                        continue
+                    raise TensorMismatch(f"{out} overlaps {name} in memory: the output must be a buffer of its own"
+                                         + (" (or exactly the same tensor)" if same_allowed else ""))
 
     def workspace(self, stream: int = 0) -> int:
         """The workspace pointer runs on `stream` use (0 when the plan needs none); allocated on first use."""

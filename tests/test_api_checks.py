@@ -408,7 +408,7 @@ def test_a_scale_kernel_takes_no_d(backend, host_tensors_as_device):
 
 
 # --- Kernel.run_pointers -------------------------------------------------------------------------
-GOOD = {"input": 0x1000, "grad_output": 0x2000, "grad_weight": 0x3000}
+GOOD = {"input": 0x100000, "grad_output": 0x200000, "grad_weight": 0x300000}  # 1 MiB apart: no overlap
 
 
 @pytest.mark.parametrize("name, value", [
@@ -423,7 +423,7 @@ def test_run_pointers_refuses_non_pointers(kernel, backend, name, value):
 
 def test_run_pointers_refuses_a_missing_pointer(kernel, backend):
     with pytest.raises(TensorMismatch, match="^grad_weight: needs a device pointer"):
-        kernel.run_pointers({"input": 0x1000, "grad_output": 0x2000})
+        kernel.run_pointers({"input": GOOD["input"], "grad_output": GOOD["grad_output"]})
     assert not backend.touched_device
 
 
@@ -440,6 +440,34 @@ def test_run_pointers_binds_every_launch(kernel, backend):
     moved = {name: ptr + 0x10_0000 for name, ptr in GOOD.items()}
     kernel.run_pointers(moved)
     assert backend.launches[len(launches)][1][:2] == (moved["input"], moved["grad_output"])
+
+
+# --- overlap: a written tensor that shares memory with another is refused -----------------------------
+@pytest.mark.parametrize("other", ["input", "grad_output"])
+@pytest.mark.parametrize("offset", [0, 16, -16])
+def test_run_pointers_refuses_an_output_overlapping_an_input(kernel, backend, other, offset):
+    with pytest.raises(TensorMismatch, match=f"^grad_weight overlaps {other} in memory"):
+        kernel.run_pointers({**GOOD, "grad_weight": GOOD[other] + offset})
+    assert not backend.touched_device
+
+
+def test_run_refuses_an_output_viewing_an_input(kernel, backend, host_tensors_as_device):
+    tensors = torch_tensors(kernel.problem)
+    w = tensors["grad_weight"]
+    tensors["grad_weight"] = tensors["input"].as_strided(w.shape, w.stride(), 0)  # the input's first bytes
+    with pytest.raises(TensorMismatch, match="^grad_weight overlaps input in memory"):
+        kernel.run(**tensors)
+    assert not backend.touched_device
+
+
+def test_the_epilogue_d_may_be_the_output_itself_but_not_part_of_it(backend):
+    p = dataclasses.replace(problem(), alpha=0.5, beta=1.0)
+    k = select(p, mode="heuristic", backend=backend)
+    d = 0x400000
+    k.run_pointers({**GOOD, "d": GOOD["grad_weight"]})  # in place: dW = 0.5 * dW' + dW
+    with pytest.raises(TensorMismatch, match=r"^grad_weight overlaps d in memory: .*\(or exactly the same tensor\)"):
+        k.run_pointers({**GOOD, "d": GOOD["grad_weight"] + 16})
+    k.run_pointers({**GOOD, "d": d})
 
 
 # --- alignment: a misaligned pointer is a sticky fault on the GPU, so it never reaches a launch -----

@@ -24,7 +24,7 @@ from factory.problem import DType, Layout, Op
 from factory.selector import lookup
 from test_bench import CEIL, ReferenceKernel, _env, _one_error, fixed_timer, kfactory  # noqa: F401 (fixture)
 
-CONV, GN = Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD
+CONV, GN, DATA = Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD, Op.CONV_BWD_DATA
 
 
 def _of(items, op):
@@ -53,17 +53,18 @@ def test_same_seed_draws_the_same_problems_and_another_seed_others():
 
 def test_fewer_problems_or_fewer_ops_draw_the_same_ones():
     full = draw(12, 3)
-    assert [i.case.op for i in full] == [CONV] * 12 + [GN] * 12
-    assert _keys(draw(5, 3)) == _keys(_of(full, CONV)[:5] + _of(full, GN)[:5])
+    assert [i.case.op for i in full] == [CONV] * 12 + [GN] * 12 + [DATA] * 12
+    assert _keys(draw(5, 3)) == _keys(_of(full, CONV)[:5] + _of(full, GN)[:5] + _of(full, DATA)[:5])
     assert _keys(draw(12, 3, [GN])) == _keys(_of(full, GN))
-    assert _keys(draw(12, 3, [GN, CONV])) == _keys(full)  # ops in one fixed order, whatever --ops says
+    assert _keys(draw(12, 3, [DATA, GN, CONV])) == _keys(full)  # ops in one fixed order, whatever --ops says
+    assert _keys(draw(12, 3, [CONV, GN])) == _keys(_of(full, CONV) + _of(full, GN))  # an op added later changes none
 
 
 def test_draws_are_pinned():
     """The committed random runs name their seed: the same seed must keep drawing the same problems.
     A change here changes every earlier run's problems: bump RANDOM_VERSION with it."""
     assert rc.RANDOM_VERSION == 1
-    assert _keys(draw(2, 7)) == [
+    assert _keys(draw(2, 7, [CONV, GN])) == [
         ("rand_s7_000_dense_k1x1", "conv_bwd_weight:nhwgc:fp16:2d:N=8,G=1,C=24,K=91,input=13x13,filter=1x1,"
                                    "stride=1x1,pad=0x0,dilation=1x1"),
         ("rand_s7_001_dense_k1x1", "conv_bwd_weight:ngchw:fp16:2d:N=8,G=1,C=256,K=160,input=56x56,filter=1x1,"
@@ -71,11 +72,15 @@ def test_draws_are_pinned():
         ("rand_s7_000_gn1d_g32", "groupnorm_bwd:ngchw:fp32:1d:N=2,C=64,G=32,input=590"),
         ("rand_s7_001_gn2d_g32", "groupnorm_bwd:ngchw:fp16:2d:N=8,C=160,G=32,input=10x10"),
     ]
+    assert _keys(draw(1, 7, [DATA])) == [
+        ("rand_s7_000_dense3d_k1x3x3s2", "conv_bwd_data:gnhwc:fp16:3d:N=16,G=1,C=120,K=149,input=8x10x10,"
+                                         "filter=1x3x3,stride=1x2x2,pad=0x1x1,dilation=1x1x1"),
+    ]
 
 
 # --- every draw valid and within the caps ------------------------------------------------------------
 def _tensor_bytes(problem) -> int:
-    if problem.op is CONV:
+    if problem.op in (CONV, DATA):
         t, w = problem.dtype.tensor.nbytes, problem.dtype.weight.nbytes
         return max(math.prod(problem.input_shape_logical) * t, math.prod(problem.output_shape_logical) * t,
                    math.prod(problem.weight_shape_logical) * w)
@@ -83,7 +88,7 @@ def _tensor_bytes(problem) -> int:
 
 
 def test_every_draw_is_a_valid_problem_within_the_caps(many):
-    assert len(_of(many, CONV)) == len(_of(many, GN)) == 500
+    assert len(_of(many, CONV)) == len(_of(many, GN)) == len(_of(many, DATA)) == 500
     names = set()
     for item in many:
         op, problem = item.case.op, item.problem
@@ -97,7 +102,7 @@ def test_every_draw_is_a_valid_problem_within_the_caps(many):
         assert item.layout in OP_LAYOUTS.get(op, tuple(Layout))
         assert item.dtype in [d for d, _ in DTYPES[op]]
         assert _tensor_bytes(problem) <= MAX_TENSOR_BYTES, item.case.name
-        if op is CONV:
+        if op in (CONV, DATA):
             assert min(problem.output) >= 1
             assert problem.macs <= MAX_CONV_MACS, item.case.name
             assert problem.N in (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -169,7 +174,7 @@ def test_dtype_filter_restricts_the_draw():
 @pytest.mark.parametrize("call, message", [
     (lambda: draw(0, 1), "--random needs a number of problems >= 1"),
     (lambda: draw(3, -1), "--seed >= 0"),
-    (lambda: draw(3, 1, [Op.CONV_BWD_DATA]), "not conv_bwd_data"),
+    (lambda: draw(3, 1, [Op.DWSEP_CONV_FWD]), "not dwsep_conv_fwd"),
 ])
 def test_draw_errors(call, message):
     with pytest.raises(BenchError, match=message):
@@ -254,12 +259,12 @@ def test_cli_random_run_on_cpu_records_seed_and_n(kfactory, capsys, monkeypatch,
     data = json.loads((tmp_path / "a" / "results.json").read_text())
     meta = data["meta"]
     assert meta["suite"] is None and meta["random"]["seed"] == 11 and meta["random"]["n_per_op"] == 3
-    assert meta["random"]["ops"] == ["conv_bwd_weight", "groupnorm_bwd"] and meta["random"]["dtypes"] == ["fp32"]
-    assert meta["random"]["command"] == "kfactory bench --random 3 --seed 11 --ops conv_bwd_weight,groupnorm_bwd --dtypes fp32"
+    assert meta["random"]["ops"] == ["conv_bwd_weight", "groupnorm_bwd", "conv_bwd_data"] and meta["random"]["dtypes"] == ["fp32"]
+    assert meta["random"]["command"] == "kfactory bench --random 3 --seed 11 --ops conv_bwd_weight,groupnorm_bwd,conv_bwd_data --dtypes fp32"
     expected = draw(3, 11, dtypes=[DType.FP32])
     assert [(r["op"], r["case"], r["dtype"], r["layout"], r["problem"]) for r in data["rows"]] == [
         (i.case.op.value, i.case.name, i.dtype.value, i.layout.name, i.problem.key) for i in expected]
-    assert [r["status"] for r in data["rows"]] == ["ok"] * 6
+    assert [r["status"] for r in data["rows"]] == ["ok"] * 9
     assert data["geomean_speedup"]["overall"] == pytest.approx(3.0)
     text = " ".join(captured.out.split())
     assert "3 random problems per op, seed 11" in text
@@ -270,4 +275,4 @@ def test_cli_random_run_on_cpu_records_seed_and_n(kfactory, capsys, monkeypatch,
     assert kfactory([*argv, "--out", str(tmp_path / "b"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["random"]["seed"] == 11
     assert kfactory(["bench", "--compare", str(tmp_path / "a" / "results.json"), str(tmp_path / "b" / "results.json")]) == 0
-    assert "over 6 cases in both runs" in " ".join(capsys.readouterr().out.split())
+    assert "over 9 cases in both runs" in " ".join(capsys.readouterr().out.split())

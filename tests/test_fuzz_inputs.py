@@ -57,7 +57,8 @@ def fuzz(examples: int) -> settings:
 
 
 # --- vocabulary ----------------------------------------------------------------------------------
-PROBLEM_TYPES: dict[Op, type] = {Op.CONV_BWD_WEIGHT: ConvProblem, Op.GROUPNORM_BWD: GroupNormProblem}
+PROBLEM_TYPES: dict[Op, type] = {Op.CONV_BWD_WEIGHT: ConvProblem, Op.CONV_BWD_DATA: ConvProblem,
+                                 Op.GROUPNORM_BWD: GroupNormProblem}
 NON_SIZE = ("layout", "dtype", "op")
 
 

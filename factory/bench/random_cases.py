@@ -32,6 +32,9 @@ conv_bwd_weight (C and K per group; a kind first, then layout, dtype, then the s
 - Layout: NHWGC 35 %, NGCHW 35 %, NGCHW_GKYXC 15 %, GNHWC 15 %. Dtype: fp16 35 %, bf16 35 %, fp32 20 %,
   bf16_fp32w 10 %.
 
+conv_bwd_data: the same kinds, sizes, layouts and caps as conv_bwd_weight, drawn from a stream of its
+own; dtype fp16 40 %, bf16 40 %, fp32 20 %.
+
 groupnorm_bwd (C channels in all, G groups):
 
   kind     share  N                  C              spatial
@@ -66,8 +69,9 @@ from .model import BenchError, BenchItem, Case
 from .suite import dtypes_among
 
 RANDOM_VERSION = 1
-RANDOM_OPS = (Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD)
-_STREAM = {Op.CONV_BWD_WEIGHT: 1, Op.GROUPNORM_BWD: 2}  # per-op generator streams: never renumber
+RANDOM_OPS = (Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD, Op.CONV_BWD_DATA)  # the order items come in
+CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA)
+_STREAM = {Op.CONV_BWD_WEIGHT: 1, Op.GROUPNORM_BWD: 2, Op.CONV_BWD_DATA: 3}  # per-op generator streams: never renumber
 MAX_TENSOR_BYTES = 256 * 2**20
 MAX_CONV_MACS = 2**33
 MAX_TRIES = 10_000  # size draws per problem before giving up (a cap no draw of the kind can meet)
@@ -78,10 +82,12 @@ Weighted = tuple[tuple[Any, float], ...]
 
 LAYOUTS: dict[Op, Weighted] = {
     Op.CONV_BWD_WEIGHT: ((Layout.NHWGC, 35), (Layout.NGCHW, 35), (Layout.NGCHW_GKYXC, 15), (Layout.GNHWC, 15)),
+    Op.CONV_BWD_DATA: ((Layout.NHWGC, 35), (Layout.NGCHW, 35), (Layout.NGCHW_GKYXC, 15), (Layout.GNHWC, 15)),
     Op.GROUPNORM_BWD: ((Layout.NGCHW, 60), (Layout.NHWGC, 40)),
 }
 DTYPES: dict[Op, Weighted] = {
     Op.CONV_BWD_WEIGHT: ((DType.FP16, 35), (DType.BF16, 35), (DType.FP32, 20), (DType.BF16_FP32W, 10)),
+    Op.CONV_BWD_DATA: ((DType.FP16, 40), (DType.BF16, 40), (DType.FP32, 20)),
     Op.GROUPNORM_BWD: ((DType.FP16, 40), (DType.BF16, 40), (DType.FP32, 20)),
 }
 CONV_BATCHES: Weighted = ((1, 1), (2, 1), (4, 2), (8, 4), (16, 5), (32, 5), (64, 4), (128, 2), (256, 1))
@@ -297,7 +303,7 @@ def _norm_hint(kind: NormKind, problem: Any) -> str:
 
 # --- drawing items ---------------------------------------------------------------------------------
 def _kinds(op: Op) -> tuple[Any, ...]:
-    return CONV_KINDS if op is Op.CONV_BWD_WEIGHT else NORM_KINDS
+    return CONV_KINDS if op in CONV_OPS else NORM_KINDS
 
 
 def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = None) -> BenchItem:
@@ -310,7 +316,7 @@ def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = No
         raise BenchError(f"--dtypes leaves {op.value} no dtype to draw (it runs in {', '.join(d.value for d, _ in DTYPES[op])})")
     dtype = _pick(rng, allowed)
     solver = SOLVERS[op]
-    conv = op is Op.CONV_BWD_WEIGHT
+    conv = op in CONV_OPS
     for _ in range(MAX_TRIES):
         sizes = _conv_sizes(rng, kind) if conv else _norm_sizes(rng, kind)
         case = Case(op, "", sizes, (dtype,), (layout,))

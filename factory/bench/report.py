@@ -139,7 +139,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 NOTE_WIDTH = 48  # the table shows the start of a note; results.csv / .json hold it whole
-PROBLEM_WIDTH = 64  # what the problem column (random runs) adds to the width of a piped table
+PROBLEM_WIDTH = 80  # what the problem column (random runs) adds to the width of a piped table
 _DEFAULTS = {"stride": "1", "dilation": "1", "pad": "0"}
 _PER_DIM = ("stride", "dilation", "pad", "pad_left", "pad_right")
 
@@ -175,8 +175,12 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
         columns.insert(2, ("problem", False))
     texts = [problem_text(row.problem) for row in rows]
     for col, right in columns:
-        # On a narrow terminal a problem's sizes fold onto more lines, never lose their end.
-        table.add_column(col, justify="right" if right else "left", overflow="fold" if col == "problem" else "ellipsis")
+        # A problem's sizes take the room they need, at the other columns' expense; on a terminal too
+        # narrow even for that they fold onto more lines, never lose their end.
+        if col == "problem":
+            table.add_column(col, overflow="fold", min_width=max((len(t) for t in texts), default=0))
+        else:
+            table.add_column(col, justify="right" if right else "left", overflow="ellipsis")
     for row, text in zip(rows, texts):
         r = record(row, ceilings)
         speed = r["speedup"]

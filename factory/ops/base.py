@@ -277,6 +277,11 @@ class OpModule(ABC, Generic[Q]):
         """PyTorch's (shape, strides) of a tensor when its layout has one; None otherwise."""
         return None
 
+    def aliasable(self, problem: Q) -> frozenset[tuple[str, str]]:
+        """(output, input) pairs that may be the very same buffer (Kernel.run refuses any other overlap
+        of a written tensor with another tensor of the call). Default: none."""
+        return frozenset()
+
     def torch_baseline(self, problem: Q, inputs: Mapping[str, Any]) -> "TorchBaseline | None":
         """PyTorch's own implementation bound to `inputs` (what `kfactory bench` times); None: none."""
         return None

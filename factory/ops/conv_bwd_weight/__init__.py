@@ -51,6 +51,11 @@ class ConvBwdWeight(ConvOp):
         w = specs[at]
         return [*specs[:at], TensorSpec(D_INPUT, w.shape, w.scalar, Role.INPUT, w.dims), *specs[at:]]
 
+    def aliasable(self, problem: ConvProblem) -> frozenset[tuple[str, str]]:
+        """The epilogue's D may be grad_weight itself (dW = alpha * dW' + beta * dW, in place): each
+        element of D is read only by the store that then writes the same element."""
+        return frozenset({(OUTPUT, D_INPUT)})
+
     def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """alpha * dW + beta * D in float64 (int64 for int8), physical layout, from physical-layout inputs.
 

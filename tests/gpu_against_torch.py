@@ -42,3 +42,39 @@ def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int
         if not agreement.ok:
             failures.append(f"{inst.name} on {problem.key}: {agreement.message}")
     return ran, failures
+
+
+def check_every_instance(family: str, problem: Any, backend: Any) -> None:
+    """Every applicable instance of `family` on `problem` through the tuner (outputs poisoned, every
+    element checked against the numpy reference); skips when the family has none for it."""
+    import pytest
+
+    from factory.device import target_for
+    from factory.selector import lookup
+    from factory.tuner import TuneSettings, tune
+
+    everything = lookup(problem, target=target_for(backend.device_info()))
+    assert everything, "no instance applies"
+    candidates = [i for i in everything if i.family == family]
+    if not candidates:
+        pytest.skip(f"no {family} instance applies")
+    measurements = tune(problem, candidates, backend, TuneSettings(reps=3, warmup=1))
+    failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
+    print(f"{family} {problem.key}: {len(measurements) - len(failed)}/{len(measurements)} verified")
+    assert not failed, "\n".join(failed)
+
+
+def heuristic_picks(family: str, problems: Sequence[Any], target: Any) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """(problem, the family's instance the heuristic ranks first) for each problem, and one line per
+    problem the family has no instance for."""
+    from factory.selector import lookup
+
+    picks, missing = [], []
+    for problem in problems:
+        solver = solver_for(problem.op)
+        mine = [c for c in lookup(problem, target=target) if c.family == family]
+        if not mine:
+            missing.append(f"{problem.key}: no {family} instance applies")
+            continue
+        picks.append((problem, max(mine, key=lambda c: solver.heuristic_score(c.family, c.params, problem, target))))
+    return picks, missing

@@ -13,9 +13,7 @@ import pytest
 from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER
 from factory.problem import DType, Layout, Op, parse_conv_problem
-from factory.selector import lookup
-from factory.tuner import TuneSettings, tune
-from gpu_against_torch import run_against_pytorch
+from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
 from test_gpu_mma_random import draw
 
 pytestmark = pytest.mark.gpu
@@ -56,16 +54,7 @@ CASES = [(family, problem) for problem in problems() for family in sorted(SOLVER
 
 @pytest.mark.parametrize(("family", "problem"), CASES, ids=lambda v: v if isinstance(v, str) else v.key)
 def test_every_applicable_instance_matches_reference(family, problem, gpu_backend):
-    everything = lookup(problem, target=target_for(gpu_backend.device_info()))
-    assert everything, "no instance applies"
-    candidates = [i for i in everything if i.family == family]
-    if not candidates:
-        pytest.skip(f"no {family} instance applies")
-    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=3, warmup=1))
-    failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
-    print(f"{family} {problem.key}: {len(measurements) - len(failed)}/{len(measurements)} verified")
-    assert not failed, "\n".join(failed)
-
+    check_every_instance(family, problem, gpu_backend)
 
 SEED = 2027
 COUNT = 100
@@ -84,13 +73,7 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
     target = target_for(gpu_backend.device_info())
-    picks, failures = [], []
-    for problem in random_problems():
-        mine = [c for c in lookup(problem, target=target) if c.family == family]
-        if not mine:
-            failures.append(f"{problem.key}: no {family} instance applies")
-            continue
-        picks.append((problem, max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target))))
+    picks, failures = heuristic_picks(family, random_problems(), target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements
     print(f"{family}: {ran} random problems run against PyTorch, {len(failures)} failed")

@@ -4,10 +4,8 @@ One test per (family, problem), so a family's evidence can be run alone: `pytest
 
 import pytest
 
-from factory.device import target_for
 from factory.ops.conv_bwd_weight import SOLVER
-from factory.selector import lookup
-from factory.tuner import TuneSettings, tune
+from gpu_against_torch import check_every_instance
 from gpu_problems import problems
 
 pytestmark = pytest.mark.gpu
@@ -17,12 +15,4 @@ CASES = [(family, problem) for problem in problems() for family in sorted(SOLVER
 
 @pytest.mark.parametrize(("family", "problem"), CASES, ids=lambda v: v if isinstance(v, str) else v.key)
 def test_every_applicable_instance_matches_reference(family, problem, gpu_backend):
-    everything = lookup(problem, target=target_for(gpu_backend.device_info()))
-    assert everything, "no instance applies"
-    candidates = [i for i in everything if i.family == family]
-    if not candidates:
-        pytest.skip(f"no {family} instance applies")
-    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=3, warmup=1))
-    failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
-    print(f"{family} {problem.key}: {len(measurements) - len(failed)}/{len(measurements)} verified")
-    assert not failed, "\n".join(failed)
+    check_every_instance(family, problem, gpu_backend)

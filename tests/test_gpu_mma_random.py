@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 
 from factory.device import target_for
-from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import DType, Layout, parse_conv_problem
-from factory.selector import lookup
-from gpu_against_torch import run_against_pytorch
+from gpu_against_torch import heuristic_picks, run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -64,13 +62,7 @@ def test_matrix_families_match_pytorch_on_random_problems(family, gpu_backend):
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
     target = target_for(gpu_backend.device_info())
-    picks, failures = [], []
-    for problem in problems(family):
-        mine = [c for c in lookup(problem, target=target) if c.family == family]
-        if not mine:
-            failures.append(f"{problem.key}: no {family} instance applies")
-            continue
-        picks.append((problem, max(mine, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target))))
+    picks, failures = heuristic_picks(family, problems(family), target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements
     print(f"{ran} random problems run against PyTorch, {len(failures)} failed")

@@ -8,8 +8,9 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, Scalar
-from ..base import Family, Launch, LaunchPlan, Struct
-from ..conv import ConvTensor, cpp_type, kernel_args, too_large
+from ..base import Launch, LaunchPlan, Struct
+from ..conv import ConvTensor, cpp_type, kernel_args
+from ..conv.family import ConvFamily
 
 GRID_Y_LIMIT = 65535
 # fp16, bf16 and fp32 write a gradient of their own type; int8 multiplies exactly and writes int32.
@@ -31,7 +32,7 @@ def input_positions(problem: ConvProblem) -> int:
     return problem.N * math.prod(problem.input)
 
 
-class BwdDataFamily(Family[Any, ConvProblem]):
+class BwdDataFamily(ConvFamily):
     """A backward-data family: the op-wide checks and template values, and a plan of one main kernel
     `kf_main(const kf_conv_args a, <the family's own parameters>)` (no workspace, no epilogue: every
     element of grad_input is written once by the block that computes it)."""
@@ -39,17 +40,8 @@ class BwdDataFamily(Family[Any, ConvProblem]):
     def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
         return ALL_CELLS
 
-    def why_not(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        return too_large(problem) or self.why_not_here(params, problem, target)
-
-    @abstractmethod
-    def why_not_here(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        """The family's own reasons (the op-wide ones are checked first)."""
-
     def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
-        values = dict(params.template_values())
-        values.update(tin=cpp_type(dtype.tensor), tout=cpp_type(result_scalar(dtype)),
-                      acc="int" if dtype.accumulator is Scalar.I32 else "float")
+        values = dict(params.template_values()) | self.operand_types(dtype) | {"tout": cpp_type(result_scalar(dtype))}
         return values | self.layout_values(params, layout)
 
     def layout_values(self, params: Any, layout: Layout) -> dict[str, Any]:

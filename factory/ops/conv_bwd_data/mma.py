@@ -17,14 +17,11 @@ from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
-from ..conv_bwd_weight.common import fill_score
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
 
-MMA_M, MMA_N, MMA_K = 16, 8, 16  # templates/common/mma.h's 16-bit instruction tile
 K32_DTYPES = frozenset({DType.INT8})  # m16n8k32: block_k a multiple of 32
-LANES = 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1}
-CHUNK_BYTES_MAX = 16
 MAX_TAPS = 256  # the template's table of a phase's taps
 TAP_BYTES = 20  # one table entry (Tap: two offsets, three ints)
 GRID_Z_LIMIT = 65535

@@ -13,8 +13,9 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, Scalar
-from ..base import I32, Buf, Family, Launch, LaunchPlan, Memset, Struct
-from ..conv import ConvTensor, cpp_type, epilogue_args, kernel_args, too_large
+from ..base import I32, Buf, Launch, LaunchPlan, Memset, Struct
+from ..conv import ConvTensor, cpp_type, epilogue_args, kernel_args
+from ..conv.family import ConvFamily
 from ..conv import layouts as cl
 
 GRID_Y_LIMIT = 65535
@@ -76,32 +77,14 @@ def reduction_length(problem: ConvProblem) -> int:
     return problem.N * math.prod(problem.output)
 
 
-def fill_score(blocks: int, target: DeviceTarget) -> float:
-    """How well `blocks` fill the device: up to 1 at four blocks per processor, minus a penalty past 64."""
-    fill = min(blocks / (4 * target.processors), 1.0)
-    return fill - (0.5 if blocks > 64 * target.processors else 0.0)
-
-
-class BwdWeightFamily(Family[Any, ConvProblem]):
+class BwdWeightFamily(ConvFamily):
     """A backward-weight family: the op-wide checks, template values and split-K plan around its main kernel."""
 
     def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
         return ALL_CELLS
 
-    def why_not(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        return too_large(problem) or self.why_not_here(params, problem, target)
-
-    @abstractmethod
-    def why_not_here(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        """The family's own reasons (the op-wide ones are checked first)."""
-
     def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
-        values = dict(params.template_values())
-        values.update(
-            tin=cpp_type(dtype.tensor),
-            tw=cpp_type(dtype.weight),
-            acc="int" if dtype.accumulator is Scalar.I32 else "float",
-        )
+        values = dict(params.template_values()) | self.operand_types(dtype) | {"tw": cpp_type(dtype.weight)}
         return values | self.layout_values(layout)
 
     def layout_values(self, layout: Layout) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import I32, Launch, Struct
 from ..conv import layouts as cl
-from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split, fill_score,
+from ..conv.family import fill_score
+from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split,
                      reduction_length)
 
 

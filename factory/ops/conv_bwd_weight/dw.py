@@ -11,12 +11,12 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import I32, Launch, Struct
+from ..conv.family import fill_score
 from .common import (
     GRID_Y_LIMIT,
     BwdWeightFamily,
     Reduction,
     check_lane_block,
-    fill_score,
     lanes_only_channels_last,
     reduction_length,
 )

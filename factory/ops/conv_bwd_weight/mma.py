@@ -20,20 +20,18 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Buf, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
 from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily,
-                     Reduction, check_split, fill_score, reduction_length)
+                     Reduction, check_split, reduction_length)
 
 # The instruction tile of templates/common/mma.h: m16n8k16 for 16-bit operands, m16n8k8 (three TF32
 # products) for fp32, m16n8k32 for int8 and fp8; block_k is a multiple of 16, and of 32 for the k32 forms.
-MMA_M, MMA_N, MMA_K = 16, 8, 16
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT, DType.FP16_COMP_BF8_FP8})
-LANES = 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.BF16_FP32W: 2, DType.FP32: 4, DType.INT8: 1,
                  DType.INT8_SAT: 1, DType.FP16_COMP_BF8_FP8: 2}
 FP8_CELLS = frozenset((layout, DType.FP16_COMP_BF8_FP8, ndim) for layout in Layout for ndim in (1, 2, 3))
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in OPERAND_BYTES) | FP8_CELLS | INT8_SAT_CELLS
 FP8_OPERANDS = "kf_mma::f16_as_fp8"  # fp16 storage that mma.h multiplies as e5m2 (A) x e4m3 (B)
-CHUNK_BYTES_MAX = 16  # cp.async's widest copy
 TRANSPOSE_TILE, TRANSPOSE_THREADS = 64, 256  # kf_to_channels_last: a 64 x 64 tile of (channels, positions)
 
 

@@ -1,0 +1,41 @@
+"""What every conv op's kernel families share: the op-wide refusal of oversized problems, the element
+types a template sees, how well a grid fills the device, and the facts of the matrix engine
+(templates/common/mma.h, igemm.h) that tuning points are checked against."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, DType, Scalar
+from ..base import Family
+from . import cpp_type, too_large
+
+# mma.h's instruction tile for 16-bit operands (m16n8k16), a warp's lanes, and cp.async's widest copy.
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+LANES = 32
+CHUNK_BYTES_MAX = 16
+
+
+def fill_score(blocks: int, target: DeviceTarget) -> float:
+    """How well `blocks` fill the device: up to 1 at four blocks per processor, minus a penalty past 64."""
+    fill = min(blocks / (4 * target.processors), 1.0)
+    return fill - (0.5 if blocks > 64 * target.processors else 0.0)
+
+
+class ConvFamily(Family[Any, ConvProblem]):
+    """A conv op's family: problems too large for 32-bit indexing are refused before the family's own
+    reasons (a family that indexes in 64 bits overrides `why_not`)."""
+
+    def why_not(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        return too_large(problem) or self.why_not_here(params, problem, target)
+
+    @abstractmethod
+    def why_not_here(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        """The family's own reasons (the op-wide ones are checked first)."""
+
+    @staticmethod
+    def operand_types(dtype: DType) -> dict[str, str]:
+        """The template's operand type `tin` and accumulator type `acc` (int for int8 operands)."""
+        return {"tin": cpp_type(dtype.tensor), "acc": "int" if dtype.accumulator is Scalar.I32 else "float"}

@@ -176,6 +176,12 @@ class Scalar(enum.Enum):
     def is_float(self) -> bool:
         return self in (Scalar.F16, Scalar.BF16, Scalar.F32)
 
+    @property
+    def rounding_floor(self) -> float:
+        """Half the spacing of the type's subnormals: the rounding error a value near zero may carry
+        however accurate its sum (0 for integers)."""
+        return {Scalar.F16: 2.0**-25, Scalar.BF16: 2.0**-134, Scalar.F32: 2.0**-150}.get(self, 0.0)
+
 
 def _parse_enum(cls: type[enum.Enum], text: str, what: str):
     key = text.strip().lower()

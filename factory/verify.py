@@ -1,7 +1,8 @@
 """Check a kernel's outputs against the op's numpy reference.
 
 Floating-point sums are checked against the scale of their own terms: |out - ref| <= rtol * sum|terms|
-+ atol * |ref| (the output's rounding), with sum|terms| obtained by running the reference on |inputs|.
++ atol * |ref| (the output's rounding) + half a subnormal step of the output type (the rounding of a
+value near zero), with sum|terms| obtained by running the reference on |inputs|.
 That bound fails for a wrong, unwritten (NaN-poisoned) or zero result, yet admits any summation order.
 
 Running the reference on |inputs| measures the terms only when the op has no subtractions. An op whose
@@ -59,7 +60,7 @@ def verify(
         if not np.all(np.isfinite(got64)):
             bad = int(np.count_nonzero(~np.isfinite(got64)))
             return Verdict(False, float("inf"), f"{spec.name}: {bad} of {want.size} elements not finite (unwritten?)")
-        allowed = tol.rtol * np.abs(abs_ref[spec.name]) + tol.atol * np.abs(want) + 1e-30
+        allowed = tol.rtol * np.abs(abs_ref[spec.name]) + tol.atol * np.abs(want) + spec.scalar.rounding_floor + 1e-30
         ratio = np.abs(got64 - want) / allowed
         index = int(np.argmax(ratio))
         worst = max(worst, float(ratio.flat[index]))

@@ -223,3 +223,23 @@ def test_cli_tune_says_it_resumes_and_fresh_measures_again(capsys, tmp_path, mon
     data = json.loads(out)
     assert data["reused"] == 0 and data["winner"] == best and len(data["measurements"]) == len(NAMES)
     assert len(gpu.timed) == len(NAMES) - len(WRONG)
+
+
+def test_the_bench_finishes_a_cut_off_tune_before_serving_its_winner(tmp_path):
+    """A killed run leaves the winner of what it measured; the bench must not take that for a tuned problem."""
+    from factory.bench.gpu import tuned_kernel
+
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    stage = lambda name, total: (lambda: None)  # noqa: E731 - no progress bar here
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        hooks, seen = stop_after(3)
+        with pytest.raises(Stop):
+            api.tune_problem(PROBLEM, gpu, db, SETTINGS, hooks)
+        assert db.best(PROBLEM.key, DEVICE) is not None  # a winner of three candidates
+        gpu.timed.clear()
+        kernel = tuned_kernel(PROBLEM, gpu, db, stage)
+        assert sorted(gpu.timed) == sorted(set(NAMES) - set(seen) - WRONG)
+        assert kernel.instance.name == min(set(NAMES) - WRONG, key=fake_us)
+        gpu.timed.clear()
+        assert tuned_kernel(PROBLEM, gpu, db, stage).instance.name == kernel.instance.name
+        assert gpu.timed == []

@@ -76,14 +76,15 @@ def open_machine(settings: TimingSettings, db_url: str | None, stage: StageHook,
 
 
 def tuned_kernel(problem: Any, backend: Any, db: Any, stage: StageHook) -> OurKernel:
-    """The DB's winner on this device; tune (and store) first when there is none, as select(mode=tune)."""
+    """The DB's winner on this device once every candidate is measured there.
+
+    The tune resumes: candidates measured before (this device, their current code) are skipped, so a
+    problem tuned in full costs a DB read, while one whose tune was cut off (a killed run leaves the
+    winner of the candidates measured so far) or that gained candidates is finished first.
+    """
     from ..api import NotTuned, SelectMode, select, tune_problem
     from ..tuner import Progress
 
-    try:
-        return select(problem, mode=SelectMode.DB, backend=backend, db=db)
-    except NotTuned:
-        pass
     advance: dict[str, Callable[[], None]] = {}
 
     def on_stage(name: str, total: int) -> None:

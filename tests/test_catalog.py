@@ -34,6 +34,8 @@ from factory.catalog import (
     instance_by_name,
     load_catalog_file,
     parse_instance_name,
+    _files,
+    _template_families,
     select_instances,
     specialized_instances,
 )
@@ -41,6 +43,7 @@ from factory.ops import implemented_ops, solver_for
 from factory.ops.conv_bwd_weight.common import TABLE_DTYPES
 from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Struct, buffers_of
 from factory.problem import ConvProblem, DType, Layout, Op, parse_conv_problem, supported_cells_text
+from factory.resources import instances_dir
 from factory.selector import explain, lookup
 
 OP_FAMILIES = [(op, family) for op in implemented_ops() for family in solver_for(op).families]
@@ -83,8 +86,10 @@ def test_every_instance_renders(instances: tuple[Instance, ...]) -> None:
 
 
 def test_every_registered_family_has_instances(instances: tuple[Instance, ...]) -> None:
-    """A family without catalog entries is dead code that the selector can never hand out."""
+    """A family without catalog entries is dead code that the selector can never hand out. A family whose
+    points all take values from the problem (conv_bwd_data's dwr) has template points instead."""
     present = {(i.op, i.family) for i in instances}
+    present |= {(op, f.name) for op in implemented_ops() for f in _template_families(str(instances_dir()), op)}
     missing = [f"{op.value}/{family}" for op, family in OP_FAMILIES if (op, family) not in present]
     assert not missing, f"families with no catalog instances: {missing}"
     stray = sorted(f"{op.value}/{family}" for op, family in present - set(OP_FAMILIES))
@@ -135,7 +140,11 @@ def test_unknown_name_is_catalog_error(instances: tuple[Instance, ...]) -> None:
 
 
 def covered_cells(instances: tuple[Instance, ...], op: Op, family: str | None = None) -> set[tuple[Layout, DType, int]]:
-    return {(i.layout, i.dtype, i.ndim) for i in instances if i.op is op and (family is None or i.family == family)}
+    """The cells of the instances, and those of catalog files whose points a problem fills (template points)."""
+    listed = {(i.layout, i.dtype, i.ndim) for i in instances if i.op is op and (family is None or i.family == family)}
+    templated = {cell for f in _files(str(instances_dir()))
+                 if f.op is op and f.templates and (family is None or f.family.name == family) for cell in f.cells}
+    return listed | templated
 
 
 def cells_text(cells: set[tuple[Layout, DType, int]]) -> str:

@@ -26,10 +26,12 @@ from factory import codegen
 from factory.backends import BackendKind
 from factory.backends.base import BackendError
 from factory.backends.hip_offline import compile_with_hipcc, find_hiprtc_library, hipcc_available, hiprtc_env
-from factory.catalog import Instance, all_instances
+from factory.catalog import Instance, all_instances, specialized_instances
 from factory.compile_cache import CompileJob, compile_many
 from factory.device import target_named
 from factory.ops import solver_for
+from factory.ops.conv_bwd_data.common import DTYPES as BWD_DATA_DTYPES
+from factory.problem import Layout, Op, parse_conv_problem
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA_ARCH = "sm_90"
@@ -93,6 +95,21 @@ def cell_representatives(instances: Iterable[Instance]) -> dict[Cell, Instance]:
         family_seen.add(_tuning_key(pick))
         chosen[cell] = pick
     return chosen
+
+
+# Families whose points all take the problem's filter (conv_bwd_data's dwr) have no catalog-wide
+# instances; they are compiled as specialized for these depthwise problems, in every cell.
+SPECIALIZED_SAMPLES = {1: "N=2,G=16,C=1,K=1,input=40,filter=7,stride=2,pad=3",
+                       2: "N=2,G=16,C=1,K=1,input=9x11,filter=3x3,pad=1",
+                       3: "N=1,G=8,C=1,K=1,input=5x6x7,filter=3x3x3,stride=2,pad=1"}
+
+
+def compilable_instances() -> tuple[Instance, ...]:
+    """Every catalog instance, and the problem-specialized instances of SPECIALIZED_SAMPLES."""
+    specialized = [inst
+                   for ndim, spec in SPECIALIZED_SAMPLES.items() for layout in Layout for dtype in BWD_DATA_DTYPES
+                   for inst in specialized_instances(parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA))]
+    return all_instances() + tuple(dict.fromkeys(specialized))
 
 
 def _tuning_key(inst: Instance) -> str:
@@ -226,7 +243,7 @@ def nvrtc_failures(instances: list[Instance], cache: Path, monkeypatch: pytest.M
 
 def nvidia_instances() -> list[Instance]:
     """What an H100 can run (AMD's matrix-core family is compiled by the hip tests below)."""
-    return runs_on("sm_90a", all_instances())
+    return runs_on("sm_90a", compilable_instances())
 
 
 @needs_nvrtc
@@ -304,7 +321,7 @@ def runs_on(arch: str, instances: Iterable[Instance]) -> list[Instance]:
 @needs_hipcc
 def test_hipcc_compiles_one_instance_per_cell(tmp_path: Path) -> None:
     """hipcc runs as a child process per compile, so a thread per worker keeps WORKERS compilers busy."""
-    reps = cell_representatives(runs_on(HIP_ARCH, all_instances()))
+    reps = cell_representatives(runs_on(HIP_ARCH, compilable_instances()))
 
     def build(item: tuple[Cell, Instance]) -> tuple[str, str | None]:
         cell, inst = item
@@ -385,7 +402,7 @@ def test_hiprtc_compiles_a_sample_of_cells(tmp_path: Path) -> None:
     """hiprtc is what runs on AMD GPUs; one instance per family and dtype keeps it to a few dozen compiles."""
     if find_hiprtc_library() is None:
         pytest.skip("no libhiprtc or libamdhip64 providing hiprtc is installed")
-    sample = hiprtc_sample(cell_representatives(runs_on(HIP_ARCH, all_instances())))
+    sample = hiprtc_sample(cell_representatives(runs_on(HIP_ARCH, compilable_instances())))
     sources = {inst.name: codegen.render(inst) for inst in sample}
     env = hiprtc_env(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)

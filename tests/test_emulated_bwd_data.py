@@ -1,6 +1,6 @@
 """conv_bwd_data kernels run on the host (kernel_emulator) against the numpy reference, without a GPU.
 
-The cases reach both families, the four layouts, the four dtypes and the three ranks, with odd sizes,
+The cases reach every family, the four layouts, the four dtypes and the three ranks, with odd sizes,
 strides 2 and 3 (stride phases with several, one or no taps), dilation, pad 0, asymmetric padding, N=1
 and depthwise vectors along groups. The instance of a case is picked by a hash of its name among those
 `lookup` finds, so the cases spread over the catalog. Two broken launch plans show the checks can fail.
@@ -52,6 +52,21 @@ CASES = [
          lambda p: p.compiled is None),
     Case("direct-nhwgc-fp16-2d-asym", "direct", L.NHWGC, D.FP16, "N=1,G=3,C=4,K=2,input=8x9,filter=4x4,stride=2,pad_left=1,pad_right=2",
          lambda p: p.compiled is not None and p.vector == 2),
+    Case("dwr-nhwgc-fp16-2d-v8", "dwr", L.NHWGC, D.FP16, "N=2,G=16,C=1,K=1,input=9x7,filter=3x3,pad=1",
+         lambda p: p.vector == 8 and p.rows == 2 and p.run == 4),
+    Case("dwr-nhwgc-bf16-2d-s2-d2", "dwr", L.NHWGC, D.BF16, "N=1,G=8,C=1,K=1,input=11x13,filter=5x3,stride=2,pad=3x1,dilation=2x1",
+         lambda p: p.vector == 4),
+    Case("dwr-ngchw-fp32-2d-s3-asym", "dwr", L.NGCHW, D.FP32, "N=2,G=3,C=1,K=1,input=13x10,filter=4x4,stride=3,pad_left=1,pad_right=2",
+         lambda p: p.rows == 2 and p.run == 2),
+    Case("dwr-ngchw-fp16-2d-big", "dwr", L.NGCHW, D.FP16, "N=1,G=2,C=1,K=1,input=15x17,filter=7x7,pad=3",
+         lambda p: p.rows == 4 and p.run == 8),
+    Case("dwr-gnhwc-int8-3d-s2", "dwr", L.GNHWC, D.INT8, "N=2,G=2,C=1,K=1,input=5x6x7,filter=3x3x3,stride=2x1x2,pad=1,dilation=1x2x1"),
+    Case("dwr-gkyxc-bf16-1d-long", "dwr", L.NGCHW_GKYXC, D.BF16, "N=2,G=3,C=1,K=1,input=70,filter=21,pad_left=9,pad_right=11",
+         lambda p: p.run == 16),
+    Case("dwr-nhwgc-fp32-1d-s2", "dwr", L.NHWGC, D.FP32, "N=3,G=6,C=1,K=1,input=37,filter=5,stride=2,pad=0,dilation=3",
+         lambda p: p.vector == 2),
+    Case("dwr-nhwgc-int8-1d-chunked", "dwr", L.NHWGC, D.INT8, "N=2,G=16,C=1,K=1,input=150,filter=64,pad_left=60,pad_right=70,dilation=2",
+         lambda p: p.vector == 8 and p.run == 8 and p.chunk() == 3),
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=9x7,filter=3x3,pad=1"),
     Case("mma-nhwgc-bf16-2d-s2", "mma", L.NHWGC, D.BF16, "N=2,G=1,C=8,K=16,input=11x9,filter=3x3,stride=2,pad=1"),
     Case("mma-ngchw-fp32-2d-s2-p0", "mma", L.NGCHW, D.FP32, "N=2,G=2,C=3,K=5,input=9x7,filter=3x3,stride=2,pad=0"),

@@ -4,7 +4,9 @@
    C and K, stride 2 and 3, dilation 2, pad 0, asymmetric padding, N=1, depthwise, 1x1), through the
    tuner: outputs poisoned, every element checked. One test per (family, problem): `-k mma`.
 2. 100 seeded random problems per family through Kernel.run on PyTorch tensors, each with the instance
-   the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False])."""
+   the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]).
+   The depthwise-only family (`dwr`) draws depthwise problems: 1-D filters up to 64 taps, 2-D up to
+   13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32."""
 
 
 import numpy as np
@@ -66,6 +68,43 @@ def random_problems() -> list:
     return [parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA) for layout, dtype, spec in drawn]
 
 
+DEPTHWISE_ONLY = ("dwr",)
+
+
+def _axis_pads(rng: np.random.Generator, span: int) -> tuple[int, int]:
+    return int(rng.integers(0, span)), int(rng.integers(0, span))
+
+
+def random_depthwise_problems() -> list:
+    """C = K = 1 problems as networks have them, and odd ones: long 1-D filters, 2-D up to 13x13, 3-D."""
+    rng = np.random.default_rng(SEED + 1)
+    specs = []
+    for _ in range(COUNT):
+        ndim = int(rng.choice([1, 2, 2, 3]))
+        if ndim == 1:
+            filt = (int(rng.integers(2, 65)),)
+            size = (int(rng.integers(filt[0], 700)),)
+        elif ndim == 2:
+            k = int(rng.choice([3, 3, 5, 7, 9, 11, 13]))
+            filt = (k, k) if rng.random() < 0.8 else (int(rng.integers(1, 14)), int(rng.integers(1, 14)))
+            size = tuple(int(rng.integers(max(filt), 60)) for _ in range(2))
+        else:
+            filt = tuple(int(v) for v in [(3, 3, 3), (1, 3, 3), (3, 1, 1)][int(rng.integers(3))])
+            size = tuple(int(rng.integers(max(filt), 12)) for _ in range(3))
+        stride = tuple(int(rng.choice([1, 1, 2, 3])) for _ in range(ndim))
+        dilation = tuple(int(rng.choice([1, 1, 2])) for _ in range(ndim))
+        pads = [_axis_pads(rng, (f - 1) * d + 1) for f, d in zip(filt, dilation)]
+        groups = int(rng.choice([1, 3, 8, 16, 24, 40, 64]))
+        dims = lambda v: "x".join(map(str, v))  # noqa: E731
+        spec = (f"N={int(rng.integers(1, 9))},G={groups},C=1,K=1,input={dims(size)},filter={dims(filt)},"
+                f"stride={dims(stride)},dilation={dims(dilation)},"
+                f"pad_left={dims(p[0] for p in pads)},pad_right={dims(p[1] for p in pads)}")
+        layout = tuple(Layout)[int(rng.integers(len(Layout)))]
+        dtype = (D.FP16, D.BF16, D.FP32)[int(rng.integers(3))]  # PyTorch has no int8 backward-data
+        specs.append((layout, dtype, spec))
+    return [parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA) for layout, dtype, spec in specs]
+
+
 @pytest.mark.parametrize("family", sorted(SOLVER.families))
 def test_families_match_pytorch_on_random_problems(family, gpu_backend):
     torch = pytest.importorskip("torch")
@@ -73,7 +112,8 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
     target = target_for(gpu_backend.device_info())
-    picks, failures = heuristic_picks(family, random_problems(), target)
+    drawn = random_depthwise_problems() if family in DEPTHWISE_ONLY else random_problems()
+    picks, failures = heuristic_picks(family, drawn, target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements
     print(f"{family}: {ran} random problems run against PyTorch, {len(failures)} failed")

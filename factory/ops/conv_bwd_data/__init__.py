@@ -4,7 +4,9 @@ The op: its tensors (grad_output, weight -> grad_input), numpy reference, tolera
 baseline. grad_input takes the tensors' dtype (fp16, bf16, fp32); int8 tensors multiply exactly and
 write an int32 grad_input. The kernels are its families, one module each:
 - `direct`: portable, memory bound: a thread per grad_input element (a vector of groups when C = K = 1),
-  every layout, dtype and rank; the depthwise family.
+  every layout, dtype and rank; also the fallback for small groups.
+- `dwr`: depthwise (C = K = 1), memory bound: a tile of positions per thread, each dOut row loaded once
+  into registers for every tap; filter, stride and dilation compiled in.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h), strided
   problems split by stride phase so no product with a tap that cannot reach an input is computed.
 """
@@ -21,6 +23,7 @@ from ..base import TorchBaseline, Tolerance
 from ..conv import ConvOp, explicit_padding, physical
 from .common import OUTPUT, TENSORS, result_scalar
 from .direct import Direct, DirectParams
+from .dwr import Dwr, DwrParams
 from .mma import Mma, MmaParams
 from .reference import reference_logical
 
@@ -29,7 +32,7 @@ class ConvBwdData(ConvOp):
     """The `conv_bwd_data` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_DATA
-    family_list = (Direct(), Mma())
+    family_list = (Direct(), Dwr(), Mma())
     tensor_names = TENSORS
     output_name = OUTPUT
 
@@ -96,4 +99,4 @@ class ConvBwdData(ConvOp):
 
 SOLVER = ConvBwdData()
 
-__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "MmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "MmaParams", "reference_logical"]

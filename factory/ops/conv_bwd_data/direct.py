@@ -4,7 +4,8 @@ dIn[n, g, c, i] = sum over k and the taps f that reach i (o = (i + pad - f * dil
 and inside the output) of dOut[n, g, k, o] * W[g, k, c, f]. Threads run over grad_input in its memory
 order, so the writes and the neighbouring reads coalesce; each thread keeps `vector` consecutive
 channels (of one group, or of consecutive groups when C = K = 1 in NHWGC) for independent sums. The
-depthwise family: with C = K = 1 every element of dOut is read once per tap, mostly from cache.
+fallback for small groups, and for depthwise tiles past `dwr`'s register budget: with C = K = 1 every
+element of dOut is read once per tap, mostly from cache.
 
 `shape` is "any" (filter, stride and dilation read at run time) or, in a point that says "problem",
 the problem's own ones compiled in (`k3x3s2x2d1x1`): the tap loops unroll and the stride's
@@ -99,7 +100,7 @@ class Direct(BwdDataFamily):
     template = "conv_bwd_data/direct.hip.j2"
     params_type = DirectParams
     description = ("a thread per grad_input element (a vector of channels), every layout, dtype and rank; "
-                   "the depthwise family; filter, stride and dilation compiled in from the problem")
+                   "small groups; filter, stride and dilation compiled in from the problem")
 
     def cell_allows(self, params: DirectParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         shape = params.compiled

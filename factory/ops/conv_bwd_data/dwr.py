@@ -1,0 +1,156 @@
+"""`dwr`: depthwise backward-data (C = K = 1) with register windows; memory bound.
+
+A thread computes a tile of grad_input positions for `vector` groups: `rows` x `run` stride periods
+(rows * stride_h by run * stride_w positions, so a tile's taps meet its window the same way wherever it
+starts). Each dOut
+row that reaches the tile is loaded once into registers and serves every tap that meets it, where
+`direct` loads a value once per tap and recomputes each tap's bounds. The problem's filter, stride and
+dilation are compiled in (`shape`, spelled as `direct` spells it), so every tap-to-register mapping is
+a constant: a tuning point says "problem" and `lookup` fills the shape in, so any filter is served.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, Layout
+from ..base import Launch, Struct
+from ..conv import layouts as cl
+from .common import BwdDataFamily
+from .direct import BLOCKS_MAX, Shape, spell_shape
+
+# Register budget, in accumulator-sized values per thread: the tile's sums, and the window row of one
+# chunk of taps along W (a long filter is taken in chunks).
+MAX_SUMS = 64
+MAX_WINDOW = 96
+# Thread axes in memory order, innermost first: v = a vector of groups, w / h = tile columns / rows,
+# d = input depth, g = group, n = batch (the last one is bounded by the kernel's own test).
+ORDERS = {Layout.NHWGC: "vwhdn", Layout.NGCHW: "whdgn", Layout.NGCHW_GKYXC: "whdgn", Layout.GNHWC: "whdng"}
+
+
+@dataclass(frozen=True)
+class DwrParams:
+    threads: int
+    vector: int  # consecutive groups per thread (NHWGC only)
+    rows: int  # grad_input rows per thread, in stride periods (rows * stride_h positions)
+    run: int  # grad_input columns per thread, in stride periods (run * stride_w positions)
+    shape: str  # the compiled-in filter, stride and dilation (direct.spell_shape)
+
+    def __post_init__(self) -> None:
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads {self.threads} must be whole warps, at most 1024")
+        if self.vector not in (1, 2, 4, 8):
+            raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8")
+        if not (1 <= self.rows <= 8 and 1 <= self.run <= 16):
+            raise ValueError(f"tile {self.rows}x{self.run} must be 1-8 rows by 1-16 columns")
+        if Shape.parse(self.shape) is None:
+            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
+
+    @property
+    def compiled(self) -> Shape:
+        shape = Shape.parse(self.shape)
+        assert shape is not None  # checked on construction
+        return shape
+
+    def tile(self) -> tuple[int, int]:
+        """The grad_input positions of a thread's tile along H and W (template TH, TW)."""
+        sh, sw = _hw(self.compiled.stride)
+        return self.rows * sh, self.run * sw
+
+    def window(self, chunk: int) -> int:
+        """Values a thread holds for one window row when taking `chunk` filter taps along W at a time."""
+        shape = self.compiled
+        sw, dw = shape.stride[-1], shape.dilation[-1]
+        return ((self.tile()[1] - 1 + (chunk - 1) * dw + sw - 1) // sw + 1) * self.vector
+
+    def chunk(self) -> int:
+        """Filter taps along W taken at a time (template XC): the most whose window row fits the budget
+        (at least one; why_not refuses a point where even one does not fit)."""
+        fits = [c for c in range(1, self.compiled.filter[-1] + 1) if self.window(c) <= MAX_WINDOW]
+        return max(fits, default=1)
+
+    def suffix(self) -> str:
+        return f"t{self.threads}_v{self.vector}_b{self.rows}x{self.run}_{self.shape}"
+
+    def template_values(self) -> dict[str, Any]:
+        shape = self.compiled
+        values: dict[str, Any] = {"threads": self.threads, "vector": self.vector, "rows": self.rows, "run": self.run,
+                                  "chunk": self.chunk()}
+        for name in ("filter", "stride", "dilation"):
+            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
+        return values
+
+
+def _hw(values: tuple[int, ...]) -> tuple[int, int]:
+    """The H and W entries of a per-dimension tuple (H = 1 for 1-D)."""
+    return (values[-2] if len(values) > 1 else 1), values[-1]
+
+
+_SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_(?P<shape>[a-z0-9x]+)")
+
+
+class Dwr(BwdDataFamily):
+    name = "dwr"
+    template = "conv_bwd_data/dwr.hip.j2"
+    params_type = DwrParams
+    description = ("depthwise (C = K = 1): a thread per tile of grad_input positions for a vector of groups, "
+                   "each dOut row loaded once into registers for every tap; filter, stride, dilation compiled in")
+
+    def cell_allows(self, params: DwrParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        if len(params.compiled.filter) != ndim or (ndim == 1 and params.rows != 1):
+            return False
+        return params.vector == 1 or layout is Layout.NHWGC
+
+    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
+        return {"shape": spell_shape(problem.filter, problem.stride, problem.dilation)}
+
+    def parse_suffix(self, suffix: str) -> DwrParams | None:
+        match = _SUFFIX_RE.fullmatch(suffix)
+        if match is None:
+            return None
+        try:
+            params = DwrParams(int(match["threads"]), int(match["vector"]), int(match["rows"]), int(match["run"]),
+                               match["shape"])
+        except ValueError:
+            return None
+        return params if params.suffix() == suffix else None
+
+    def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.C != 1 or problem.K != 1:
+            return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
+        if not p.compiled.of(problem):
+            return (f"compiled for {p.shape}, problem has "
+                    f"{spell_shape(problem.filter, problem.stride, problem.dilation)}")
+        if problem.G % p.vector:
+            return f"vector {p.vector} needs G={problem.G} divisible by it"
+        sums = math.prod(p.tile()) * p.vector
+        if sums > MAX_SUMS:
+            return f"{sums} sums per thread pass the register budget ({MAX_SUMS})"
+        if p.window(1) > MAX_WINDOW:
+            return f"a window row of {p.window(1)} values passes the register budget ({MAX_WINDOW})"
+        if _threads_needed(p, problem) > BLOCKS_MAX * p.threads:
+            return "too many blocks for the grid"
+        return None
+
+    def layout_values(self, params: DwrParams, layout: Layout) -> dict[str, Any]:
+        return {"order": ORDERS[layout]}
+
+    def main_launch(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
+        return Launch("kf_main", (math.ceil(_threads_needed(p, problem) / p.threads), 1, 1), (p.threads, 1, 1), (args,))
+
+    def heuristic_score(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        # Ahead of `direct` on depthwise problems; wider vectors and a few columns per thread share loads.
+        return 4.0 + 0.2 * math.log2(p.vector) + 0.1 * min(p.run, 4) - 0.05 * p.rows - abs(p.threads - 256) / 1024
+
+
+def _threads_needed(p: DwrParams, problem: ConvProblem) -> int:
+    """Threads of the launch: one per tile per group vector (a tile may start up to stride - 1 early)."""
+    (sh, sw), (th, tw) = _hw(problem.stride), p.tile()
+    hi, wi = _hw(problem.input)
+    di = problem.input[0] if problem.ndim == 3 else 1
+    tiles = math.ceil((hi + sh - 1) / th) * math.ceil((wi + sw - 1) / tw)
+    return problem.N * problem.G // p.vector * di * tiles

@@ -1,7 +1,7 @@
 """On a GPU: conv_bwd_data's families against the numpy reference and against PyTorch (cuDNN).
 
 1. Every applicable instance of every family on each of PROBLEMS (all layouts, dtypes and ranks; odd
-   C and K, stride 2 and 3, dilation 2, pad 0, asymmetric padding, N=1, depthwise, 1x1), through the
+   C and K, stride 2 and 3, dilation 2, pad 0, asymmetric padding, N=1, depthwise, 1x1 in every layout), through the
    tuner: outputs poisoned, every element checked. One test per (family, problem): `-k mma`.
 2. 100 seeded random problems per family through Kernel.run on PyTorch tensors, each with the instance
    the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]).
@@ -34,6 +34,8 @@ PROBLEMS = [
     (L.NGCHW_GKYXC, D.BF16, "N=5,G=1,C=32,K=16,input=64,filter=5,pad=2,dilation=2"),
     (L.NHWGC, D.FP16, "N=2,G=1,C=256,K=128,input=14x14,filter=1x1"),
     (L.NGCHW, D.FP32, "N=2,G=1,C=16,K=32,input=14x14,filter=1x1,stride=2"),
+    (L.NGCHW, D.FP16, "N=3,G=2,C=48,K=40,input=10x12,filter=1x1"),  # pointwise NGKHW: chunks along positions
+    (L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=64,K=32,input=100,filter=1"),
     (L.NHWGC, D.BF16, "N=8,G=14,C=24,K=24,input=28x28,filter=3x3,pad=1"),
     (L.NGCHW, D.INT8, "N=2,G=4,C=2,K=2,input=5x6x7,filter=3x1x1,pad=1x0x0"),
     (L.NHWGC, D.FP16, "N=2,G=1,C=8,K=8,input=9x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),

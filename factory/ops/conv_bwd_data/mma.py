@@ -35,8 +35,9 @@ class MmaParams:
     warps_m: int
     warps_n: int
     stages: int
-    vector_a: int  # output-gradient elements per chunk (along k; 1 where K is not innermost)
-    vector_b: int  # weight elements per chunk (along c; 1 where C is not innermost)
+    vector_a: int  # output-gradient elements per chunk: along k (channels-last), or along positions
+    #                (NGKHW tensors of a pointwise problem); else 1
+    vector_b: int  # weight elements per chunk along c (GKYXC weights, or any weight of a 1x1 filter); else 1
 
     def __post_init__(self) -> None:
         if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
@@ -47,7 +48,7 @@ class MmaParams:
         if self.stages < 2:
             raise ValueError("the pipeline needs at least 2 stages")
         for v in (self.vector_a, self.vector_b):
-            if v not in (1, 2, 4, 8, 16) or self.block_k % v or self.block_n % v:
+            if v not in (1, 2, 4, 8, 16) or self.block_k % v or self.block_n % v or self.block_m % v:
                 raise ValueError(f"vector width {v} must be 1, 2, 4, 8 or 16 and divide the block tile")
 
     @property
@@ -82,6 +83,13 @@ def weight_c_innermost(layout: Layout) -> bool:
     return layout.weight_order.endswith("C")
 
 
+def pointwise(problem: ConvProblem) -> bool:
+    """A 1x1 filter at stride 1 without padding: one tap, input position = output position, so an
+    NGKHW output gradient is contiguous along the GEMM's positions and any weight along C."""
+    return (problem.filter_volume == 1 and math.prod(problem.stride) == 1
+            and not any(problem.pad_left) and not any(problem.pad_right))
+
+
 class Mma(BwdDataFamily):
     name = "mma"
     template = "conv_bwd_data/mma.hip.j2"
@@ -94,8 +102,6 @@ class Mma(BwdDataFamily):
 
     def cell_allows(self, params: MmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         if dtype in K32_DTYPES and params.block_k % 32:
-            return False
-        if params.vector_a > 1 and a_rmajor(layout) or params.vector_b > 1 and not weight_c_innermost(layout):
             return False
         return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
 
@@ -114,7 +120,13 @@ class Mma(BwdDataFamily):
             return f"{math.prod(problem.stride)} stride phases exceed the grid's {GRID_Z_LIMIT}"
         if problem.filter_volume > MAX_TAPS:
             return f"filter has {problem.filter_volume} taps, the phase table holds {MAX_TAPS}"
-        if problem.K % p.vector_a or problem.C % p.vector_b:
+        positions = math.prod(problem.input)
+        if a_rmajor(problem.layout) and p.vector_a > 1 and not (pointwise(problem) and positions % p.vector_a == 0):
+            return (f"chunks of {p.vector_a} output-gradient positions need a 1x1 filter at stride 1 without "
+                    f"padding and positions per image divisible by them ({positions})")
+        if not weight_c_innermost(problem.layout) and p.vector_b > 1 and problem.filter_volume != 1:
+            return f"chunks of {p.vector_b} weights along C need C innermost (GKYXC) or a 1x1 filter"
+        if (not a_rmajor(problem.layout) and problem.K % p.vector_a) or problem.C % p.vector_b:
             return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by them "
                     f"(C={problem.C}, K={problem.K})")
         shared = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES

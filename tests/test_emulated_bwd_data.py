@@ -1,6 +1,6 @@
 """conv_bwd_data kernels run on the host (kernel_emulator) against the numpy reference, without a GPU.
 
-The cases reach every family, the four layouts, the four dtypes and the three ranks, with odd sizes,
+The cases reach every family (mfma picked for gfx90a), the four layouts, the dtypes and the three ranks, with odd sizes,
 strides 2 and 3 (stride phases with several, one or no taps), dilation, pad 0, asymmetric padding, N=1
 and depthwise vectors along groups. The instance of a case is picked by a hash of its name among those
 `lookup` finds, so the cases spread over the catalog. Two broken launch plans show the checks can fail.
@@ -81,12 +81,21 @@ CASES = [
          lambda p: p.vector_a == 16 and p.vector_b == 16),
     Case("mma-gnhwc-fp32-3d-c3", "mma", L.GNHWC, D.FP32, "N=1,G=2,C=3,K=5,input=6x5x7,filter=2x3x3,stride=1x2x1,pad=0x1x1"),
     Case("mma-ngchw-int8-1d", "mma", L.NGCHW, D.INT8, "N=2,G=1,C=12,K=20,input=50,filter=3,pad=1"),
+    # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
+    Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
+         lambda p: p.vector_a == 8),
+    Case("mfma-ngchw-bf16-3d", "mfma", L.NGCHW, D.BF16, "N=1,G=2,C=5,K=3,input=5x6x7,filter=3x3x3,pad=1,dilation=1x2x1"),
+    Case("mfma-gnhwc-fp32-1d-s3", "mfma", L.GNHWC, D.FP32, "N=3,G=1,C=8,K=12,input=40,filter=5,stride=3,pad=2,dilation=2",
+         lambda p: p.vector_a == 4),
+    Case("mfma-gkyxc-fp16-1x1-chunks", "mfma", L.NGCHW_GKYXC, D.FP16, "N=2,G=1,C=32,K=16,input=12x10,filter=1x1",
+         lambda p: p.vector_a == 8 and p.vector_b == 8),
     Case("mma-gkyxc-bf16-2d-asym", "mma", L.NGCHW_GKYXC, D.BF16, "N=1,G=1,C=24,K=8,input=10x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
 ]
 
 
 def pick_instance(case: Case) -> Instance:
-    candidates = sorted((i for i in lookup(case.problem, target=TARGETS["sm_90a"])
+    target = TARGETS["gfx90a"] if case.family == "mfma" else TARGETS["sm_90a"]
+    candidates = sorted((i for i in lookup(case.problem, target=target)
                          if i.family == case.family and (case.pick is None or case.pick(i.params))), key=lambda i: i.name)
     assert candidates, f"{case.id}: no {case.family} instance computes {case.spec}"
     return candidates[zlib.crc32(case.id.encode()) % len(candidates)]

@@ -9,6 +9,7 @@ write an int32 grad_input. The kernels are its families, one module each:
   into registers for every tap; filter, stride and dilation compiled in.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h), strided
   problems split by stride phase so no product with a tap that cannot reach an input is computed.
+- `mfma`: the same GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..conv import ConvOp, explicit_padding, physical
 from .common import OUTPUT, TENSORS, result_scalar
 from .direct import Direct, DirectParams
 from .dwr import Dwr, DwrParams
+from .mfma import Mfma, MfmaParams
 from .mma import Mma, MmaParams
 from .reference import reference_logical
 
@@ -32,7 +34,7 @@ class ConvBwdData(ConvOp):
     """The `conv_bwd_data` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_DATA
-    family_list = (Direct(), Dwr(), Mma())
+    family_list = (Direct(), Dwr(), Mma(), Mfma())
     tensor_names = TENSORS
     output_name = OUTPUT
 
@@ -99,4 +101,4 @@ class ConvBwdData(ConvOp):
 
 SOLVER = ConvBwdData()
 
-__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "MmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "MfmaParams", "MmaParams", "reference_logical"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
@@ -29,6 +29,12 @@ GRID_Z_LIMIT = 65535
 
 @dataclass(frozen=True)
 class MmaParams:
+    # The engine's instruction tile and lanes per warp (mma.sync here; the mfma family's are AMD's).
+    instruction_m: ClassVar[int] = MMA_M
+    instruction_n: ClassVar[int] = MMA_N
+    lanes: ClassVar[int] = LANES
+    engine: ClassVar[str] = "mma"
+
     block_m: int  # input positions per block
     block_n: int  # input channels per block
     block_k: int  # reduction rows (tap, k) per stage
@@ -40,9 +46,10 @@ class MmaParams:
     vector_b: int  # weight elements per chunk along c (GKYXC weights, or any weight of a 1x1 filter); else 1
 
     def __post_init__(self) -> None:
-        if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
+        im, in_ = self.instruction_m, self.instruction_n
+        if self.block_m % (self.warps_m * im) or self.block_n % (self.warps_n * in_):
             raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
-                             f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
+                             f"warp tiles of whole {im}x{in_} instructions")
         if self.block_k % MMA_K or self.threads % self.block_k:
             raise ValueError(f"block_k {self.block_k} must be a multiple of {MMA_K} dividing the {self.threads} threads")
         if self.stages < 2:
@@ -53,7 +60,7 @@ class MmaParams:
 
     @property
     def threads(self) -> int:
-        return self.warps_m * self.warps_n * LANES
+        return self.warps_m * self.warps_n * self.lanes
 
     def shared_bytes(self, layout: Layout, dtype: DType) -> int:
         """The pipeline's shared memory (igemm.h Config::SHARED_BYTES): every stage's A and B tiles,
@@ -69,7 +76,7 @@ class MmaParams:
                 f"_v{self.vector_a}x{self.vector_b}")
 
     def template_values(self) -> dict[str, Any]:
-        return {"engine": "mma", "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
+        return {"engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                 "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
                 "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS}
 

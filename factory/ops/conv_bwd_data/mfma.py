@@ -1,0 +1,52 @@
+"""`mfma`: the `mma` family's backward-data GEMM on AMD CDNA matrix cores (templates/common/mfma.h).
+
+The same template, stride-phase split and gathers as `mma`; the matrix instructions are MFMA
+(v_mfma_f32_16x16x16f16 / 16x16x16bf16_1k / 16x16x4f32) issued by 64-lane wavefronts, each owning whole
+16x16 accumulator tiles. fp32 runs on the fp32 instruction itself (no split products); int8 is left to
+`direct` and `mma`. gfx90a and newer for bf16 (gfx908 lacks the K = 16 bf16 form).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...device import DeviceTarget, MatrixUnit
+from ...problem import ConvProblem, DType
+from ..base import Family
+from .common import ALL_CELLS
+from .mma import Mma, MmaParams
+
+WAVE_LANES = 64
+MFMA_TILE = 16
+BF16_K16_MISSING = frozenset({"gfx908"})  # CDNA1: bf16 MFMA only with K = 8
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.FP32))
+
+
+@dataclass(frozen=True)
+class MfmaParams(MmaParams):
+    instruction_m: ClassVar[int] = MFMA_TILE
+    instruction_n: ClassVar[int] = MFMA_TILE
+    lanes: ClassVar[int] = WAVE_LANES
+    engine: ClassVar[str] = "mfma"
+
+
+class Mfma(Mma):
+    name = "mfma"
+    params_type = MfmaParams
+    description = ("implicit GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts); strided problems split by "
+                   "stride phase as `mma`")
+
+    def supported_cells(self) -> frozenset:
+        return CELLS
+
+    def needs(self, params: MfmaParams) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.MFMA})
+
+    def why_not_on(self, params: MfmaParams, target: DeviceTarget) -> str | None:
+        return Family.why_not_on(self, params, target)
+
+    def why_not_here(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.dtype is DType.BF16 and target.arch in BF16_K16_MISSING:
+            return f"bf16 MFMA with K = 16 needs gfx90a or newer, not {target.arch}"
+        return super().why_not_here(p, problem, target)

@@ -81,6 +81,12 @@ CASES = [
          lambda p: p.vector_a == 16 and p.vector_b == 16),
     Case("mma-gnhwc-fp32-3d-c3", "mma", L.GNHWC, D.FP32, "N=1,G=2,C=3,K=5,input=6x5x7,filter=2x3x3,stride=1x2x1,pad=0x1x1"),
     Case("mma-ngchw-int8-1d", "mma", L.NGCHW, D.INT8, "N=2,G=1,C=12,K=20,input=50,filter=3,pad=1"),
+    # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
+    Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
+         lambda p: p.vector == 4),
+    Case("mma-ngchw-int8sat-2d-s2", "mma", L.NGCHW, D.INT8_SAT, "N=2,G=1,C=32,K=64,input=9x7,filter=3x3,stride=2,pad=1"),
+    Case("dwr-nhwgc-int8sat-1d", "dwr", L.NHWGC, D.INT8_SAT, "N=2,G=16,C=1,K=1,input=100,filter=63,pad=31",
+         lambda p: p.vector == 8),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),

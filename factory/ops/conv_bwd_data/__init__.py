@@ -2,7 +2,7 @@
 
 The op: its tensors (grad_output, weight -> grad_input), numpy reference, tolerances and cuDNN
 baseline. grad_input takes the tensors' dtype (fp16, bf16, fp32); int8 tensors multiply exactly and
-write an int32 grad_input. The kernels are its families, one module each:
+write an int32 grad_input (int8_sat: the same sums saturated to an int8 grad_input). The kernels are its families, one module each:
 - `direct`: portable, memory bound: a thread per grad_input element (a vector of groups when C = K = 1),
   every layout, dtype and rank; also the fallback for small groups.
 - `dwr`: depthwise (C = K = 1), memory bound: a tile of positions per thread, each dOut row loaded once
@@ -54,6 +54,8 @@ class ConvBwdData(ConvOp):
         dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"]).astype(acc)
         w = physical(problem, TENSORS["weight"]).to_logical(inputs["weight"]).astype(acc)
         dx = reference_logical(problem, dy, w)
+        if problem.dtype is DType.INT8_SAT:
+            dx = np.clip(dx, -128, 127)
         return {OUTPUT: physical(problem, TENSORS[OUTPUT]).from_logical(dx)}
 
     def tolerance(self, dtype: DType) -> Tolerance:
@@ -63,6 +65,7 @@ class ConvBwdData(ConvOp):
             DType.FP16: Tolerance(rtol=1e-5, atol=2.0**-10),
             DType.BF16: Tolerance(rtol=1e-5, atol=2.0**-7),
             DType.INT8: Tolerance(rtol=0.0, atol=0.0),
+            DType.INT8_SAT: Tolerance(rtol=0.0, atol=0.0),
         }[dtype]
 
     def torch_baseline(self, problem: ConvProblem, inputs: Mapping[str, Any]) -> TorchBaseline:

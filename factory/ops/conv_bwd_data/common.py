@@ -13,8 +13,9 @@ from ..conv import ConvTensor, cpp_type, kernel_args
 from ..conv.family import ConvFamily
 
 GRID_Y_LIMIT = 65535
-# fp16, bf16 and fp32 write a gradient of their own type; int8 multiplies exactly and writes int32.
-DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.INT8)
+# fp16, bf16 and fp32 write a gradient of their own type; int8 multiplies exactly and writes int32,
+# int8_sat the same sums saturated to int8 (-128..127).
+DTYPES = (DType.FP16, DType.BF16, DType.FP32, DType.INT8, DType.INT8_SAT)
 ALL_CELLS = frozenset((l, d, n) for l in Layout for d in DTYPES for n in (1, 2, 3))
 
 # The op's tensors in kernel-argument order, and the one it writes.
@@ -23,7 +24,8 @@ OUTPUT = "grad_input"
 
 
 def result_scalar(dtype: DType) -> Scalar:
-    """The written gradient's storage type: the tensors' own, int32 for int8 (exact int32 sums)."""
+    """The written gradient's storage type: the tensors' own, int32 for int8 (exact int32 sums), int8 for
+    int8_sat (the int32 sums saturated)."""
     return dtype.weight  # fp16, bf16, fp32 as given; int8 -> int32
 
 

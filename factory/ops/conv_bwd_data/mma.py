@@ -20,8 +20,8 @@ from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
 
-K32_DTYPES = frozenset({DType.INT8})  # m16n8k32: block_k a multiple of 32
-OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1}
+K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
+OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1, DType.INT8_SAT: 1}
 MAX_TAPS = 256  # the template's table of a phase's taps
 TAP_BYTES = 20  # one table entry (Tap: two offsets, three ints)
 GRID_Z_LIMIT = 65535

@@ -40,12 +40,14 @@ PROBLEMS = [
     (L.NGCHW, D.INT8, "N=2,G=4,C=2,K=2,input=5x6x7,filter=3x1x1,pad=1x0x0"),
     (L.NHWGC, D.FP16, "N=2,G=1,C=8,K=8,input=9x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
     (L.NGCHW_GKYXC, D.FP16, "N=1,G=3,C=5,K=7,input=5x6x7,filter=2x2x2,stride=2,pad=0"),
+    (L.NHWGC, D.INT8_SAT, "N=2,G=2,C=32,K=64,input=13x11,filter=3x3,stride=2,pad=1"),  # sums past +-127
     # Depthwise: the direct family's vectors along groups (NHWGC), long and large filters, 3-D.
     (L.NHWGC, D.FP16, "N=4,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1"),
     (L.NGCHW, D.BF16, "N=2,G=24,C=1,K=1,input=17x17,filter=5x5,stride=2,pad=2"),
     (L.NHWGC, D.FP32, "N=2,G=8,C=1,K=1,input=301,filter=31,pad=15"),
     (L.GNHWC, D.FP16, "N=2,G=16,C=1,K=1,input=4x9x9,filter=3x3x3,pad=1"),
     (L.NHWGC, D.BF16, "N=3,G=32,C=1,K=1,input=30x30,filter=9x9,stride=2,pad=4"),
+    (L.NGCHW, D.INT8_SAT, "N=2,G=8,C=1,K=1,input=200,filter=63,pad=31"),
 ]
 
 

@@ -81,6 +81,11 @@ CASES = [
          lambda p: p.vector_a == 16 and p.vector_b == 16),
     Case("mma-gnhwc-fp32-3d-c3", "mma", L.GNHWC, D.FP32, "N=1,G=2,C=3,K=5,input=6x5x7,filter=2x3x3,stride=1x2x1,pad=0x1x1"),
     Case("mma-ngchw-int8-1d", "mma", L.NGCHW, D.INT8, "N=2,G=1,C=12,K=20,input=50,filter=3,pad=1"),
+    # One launch per stride phase (PhaseLaunch.PER_PHASE), phases of different sizes, one without taps.
+    Case("mma-nhwgc-fp16-2d-s2-per-phase", "mma", L.NHWGC, D.FP16, "N=2,G=1,C=16,K=16,input=11x9,filter=3x3,stride=2,pad=1",
+         lambda p: p.phases.value == "per_phase"),
+    Case("mma-ngchw-fp32-1d-s3-per-phase", "mma", L.NGCHW, D.FP32, "N=2,G=2,C=5,K=7,input=23,filter=2,stride=3,pad=1",
+         lambda p: p.phases.value == "per_phase"),
     # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
     Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.vector == 4),

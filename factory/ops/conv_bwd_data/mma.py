@@ -9,22 +9,32 @@ split, in one launch); a 1x1 stride-1 problem is one phase with one tap: a plain
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
-from ..base import Launch, Struct
+from ..base import I32, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
-from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
+from ..conv import kernel_args
+from .common import ALL_CELLS, GRID_Y_LIMIT, TENSORS, BwdDataFamily
 
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1, DType.INT8_SAT: 1}
 MAX_TAPS = 256  # the template's table of a phase's taps
 TAP_BYTES = 20  # one table entry (Tap: two offsets, three ints)
 GRID_Z_LIMIT = 65535
+
+
+class PhaseLaunch(enum.Enum):
+    """How a strided problem's stride phases are launched: all as grid z of one launch, or one launch
+    per phase, each sized to its own positions (the tuner decides which is faster)."""
+
+    MERGED = "merged"
+    PER_PHASE = "per_phase"
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class MmaParams:
     vector_a: int  # output-gradient elements per chunk: along k (channels-last), or along positions
     #                (NGKHW tensors of a pointwise problem); else 1
     vector_b: int  # weight elements per chunk along c (GKYXC weights, or any weight of a 1x1 filter); else 1
+    phases: PhaseLaunch = PhaseLaunch.MERGED
 
     def __post_init__(self) -> None:
         im, in_ = self.instruction_m, self.instruction_n
@@ -72,13 +83,15 @@ class MmaParams:
         return (a + b) * self.stages * size
 
     def suffix(self) -> str:
+        per_phase = "_pp" if self.phases is PhaseLaunch.PER_PHASE else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
-                f"_v{self.vector_a}x{self.vector_b}")
+                f"_v{self.vector_a}x{self.vector_b}{per_phase}")
 
     def template_values(self) -> dict[str, Any]:
         return {"engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                 "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
-                "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS}
+                "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS,
+                "per_phase": self.phases is PhaseLaunch.PER_PHASE}
 
 
 def a_rmajor(layout: Layout) -> bool:
@@ -127,6 +140,8 @@ class Mma(BwdDataFamily):
             return f"{math.prod(problem.stride)} stride phases exceed the grid's {GRID_Z_LIMIT}"
         if problem.filter_volume > MAX_TAPS:
             return f"filter has {problem.filter_volume} taps, the phase table holds {MAX_TAPS}"
+        if p.phases is PhaseLaunch.PER_PHASE and math.prod(problem.stride) == 1:
+            return "one stride phase: launching per phase is the merged launch"
         positions = math.prod(problem.input)
         if a_rmajor(problem.layout) and p.vector_a > 1 and not (pointwise(problem) and positions % p.vector_a == 0):
             return (f"chunks of {p.vector_a} output-gradient positions need a 1x1 filter at stride 1 without "
@@ -148,6 +163,16 @@ class Mma(BwdDataFamily):
         return Launch("kf_main", (_tiles(p, problem), problem.G, math.prod(problem.stride)), (p.threads, 1, 1), (args,),
                       shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
+    def launch_plan(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        if p.phases is PhaseLaunch.MERGED:
+            return super().launch_plan(p, problem, target)
+        args = kernel_args(TENSORS, problem)
+        tiles_n = math.ceil(problem.C / p.block_n)
+        return LaunchPlan(tuple(
+            Launch("kf_main", (math.ceil(positions / p.block_m) * tiles_n, problem.G, 1), (p.threads, 1, 1),
+                   (args, I32(phase)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
+            for phase, positions in enumerate(phase_sizes(problem)) if positions))
+
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         blocks = _tiles(p, problem) * problem.G * math.prod(problem.stride)
         used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
@@ -160,6 +185,22 @@ class Mma(BwdDataFamily):
 def phase_positions(problem: ConvProblem) -> int:
     """Input positions (times N) of the largest stride phase: ceil(input / stride) along each axis."""
     return problem.N * math.prod(math.ceil(i / s) for i, s in zip(problem.input, problem.stride))
+
+
+def phase_sizes(problem: ConvProblem) -> list[int]:
+    """Input positions (times N) of each stride phase, in the template's phase order (W fastest)."""
+    per_axis = []
+    for size, stride, pad in zip(problem.input, problem.stride, problem.pad_left):
+        first = [(t - pad) % stride for t in range(stride)]  # the phase's first input coordinate
+        per_axis.append([max(0, math.ceil((size - i0) / stride)) for i0 in first])
+    return [problem.N * math.prod(counts) for counts in _product(per_axis)]
+
+
+def _product(per_axis: list[list[int]]) -> list[tuple[int, ...]]:
+    combos: list[tuple[int, ...]] = [()]
+    for values in per_axis:
+        combos = [c + (v,) for c in combos for v in values]
+    return combos
 
 
 def _tiles(p: MmaParams, problem: ConvProblem) -> int:

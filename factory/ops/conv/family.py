@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any
 
-from ...device import DeviceTarget
+from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Scalar
 from ..base import Family
 from . import cpp_type, too_large
@@ -39,3 +39,27 @@ class ConvFamily(Family[Any, ConvProblem]):
     def operand_types(dtype: DType) -> dict[str, str]:
         """The template's operand type `tin` and accumulator type `acc` (int for int8 operands)."""
         return {"tin": cpp_type(dtype.tensor), "acc": "int" if dtype.accumulator is Scalar.I32 else "float"}
+
+
+# mfma.h's instruction tile and wavefront; CDNA1 (gfx908) has bf16 MFMA only with K = 8, and the
+# templates issue the K = 16 form.
+WAVE_LANES = 64
+MFMA_TILE = 16
+BF16_K16_MISSING = frozenset({"gfx908"})
+
+
+class MfmaRules:
+    """What the conv ops' MFMA families (subclasses of their `mma` family) share: they need AMD's matrix
+    cores, not mma.sync, and bf16 needs gfx90a or newer. Listed before the `mma` family among the bases."""
+
+    def needs(self, params: Any) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.MFMA})
+
+    def why_not_on(self, params: Any, target: DeviceTarget) -> str | None:
+        return Family.why_not_on(self, params, target)  # type: ignore[arg-type]  # the generic check of needs()
+
+    @staticmethod
+    def bf16_refusal(problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.dtype in (DType.BF16, DType.BF16_FP32W) and target.arch in BF16_K16_MISSING:
+            return f"bf16 MFMA with K = 16 needs gfx90a or newer, not {target.arch}"
+        return None

@@ -95,10 +95,39 @@ class DirectParams:
 _SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_v(?P<vector>\d+)_(?P<shape>[a-z0-9x]+)")
 
 
-class Direct(BwdDataFamily):
+class CompiledShape:
+    """What a family whose points compile the problem's filter, stride and dilation in shares: the value
+    a "problem" point takes, the refusal of another problem's shape, and names parsed back."""
+
+    params_type: type
+    suffix_re: re.Pattern[str]
+
+    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
+        return {"shape": spell_shape(problem.filter, problem.stride, problem.dilation)}
+
+    @staticmethod
+    def wrong_shape(shape_text: str, compiled: Shape | None, problem: ConvProblem) -> str | None:
+        if compiled is None or compiled.of(problem):
+            return None
+        return f"compiled for {shape_text}, problem has {spell_shape(problem.filter, problem.stride, problem.dilation)}"
+
+    def parse_suffix(self, suffix: str) -> Any:
+        """The params whose suffix is `suffix` (fields in the pattern's group order), else None."""
+        match = self.suffix_re.fullmatch(suffix)
+        if match is None:
+            return None
+        try:
+            params = self.params_type(*(v if name == "shape" else int(v) for name, v in match.groupdict().items()))
+        except ValueError:
+            return None
+        return params if params.suffix() == suffix else None
+
+
+class Direct(CompiledShape, BwdDataFamily):
     name = "direct"
     template = "conv_bwd_data/direct.hip.j2"
     params_type = DirectParams
+    suffix_re = _SUFFIX_RE
     description = ("a thread per grad_input element (a vector of channels), every layout, dtype and rank; "
                    "small groups; filter, stride and dilation compiled in from the problem")
 
@@ -106,24 +135,10 @@ class Direct(BwdDataFamily):
         shape = params.compiled
         return (params.vector == 1 or cl.channel_innermost(layout)) and (shape is None or len(shape.filter) == ndim)
 
-    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
-        return {"shape": spell_shape(problem.filter, problem.stride, problem.dilation)}
-
-    def parse_suffix(self, suffix: str) -> DirectParams | None:
-        match = _SUFFIX_RE.fullmatch(suffix)
-        if match is None:
-            return None
-        try:
-            params = DirectParams(int(match["threads"]), int(match["vector"]), match["shape"])
-        except ValueError:
-            return None
-        return params if params.suffix() == suffix else None
-
     def why_not_here(self, p: DirectParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        shape = p.compiled
-        if shape is not None and not shape.of(problem):
-            return (f"compiled for {p.shape}, problem has "
-                    f"{spell_shape(problem.filter, problem.stride, problem.dilation)}")
+        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        if wrong:
+            return wrong
         if p.vector > 1 and channel_lanes(problem) % p.vector:
             return (f"vector {p.vector} needs the channels a thread takes (C={problem.C}, or G*C when "
                     f"C=K=1 in NHWGC) divisible by it")

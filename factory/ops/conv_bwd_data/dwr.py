@@ -14,14 +14,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from .common import BwdDataFamily
-from .direct import BLOCKS_MAX, Shape, spell_shape
+from .direct import BLOCKS_MAX, CompiledShape, Shape
 
 # Register budget, in accumulator-sized values per thread: the tile's sums, and the window row of one
 # chunk of taps along W (a long filter is taken in chunks).
@@ -93,10 +93,11 @@ def _hw(values: tuple[int, ...]) -> tuple[int, int]:
 _SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_(?P<shape>[a-z0-9x]+)")
 
 
-class Dwr(BwdDataFamily):
+class Dwr(CompiledShape, BwdDataFamily):
     name = "dwr"
     template = "conv_bwd_data/dwr.hip.j2"
     params_type = DwrParams
+    suffix_re = _SUFFIX_RE
     description = ("depthwise (C = K = 1): a thread per tile of grad_input positions for a vector of groups, "
                    "each dOut row loaded once into registers for every tap; filter, stride, dilation compiled in")
 
@@ -105,26 +106,12 @@ class Dwr(BwdDataFamily):
             return False
         return params.vector == 1 or layout is Layout.NHWGC
 
-    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
-        return {"shape": spell_shape(problem.filter, problem.stride, problem.dilation)}
-
-    def parse_suffix(self, suffix: str) -> DwrParams | None:
-        match = _SUFFIX_RE.fullmatch(suffix)
-        if match is None:
-            return None
-        try:
-            params = DwrParams(int(match["threads"]), int(match["vector"]), int(match["rows"]), int(match["run"]),
-                               match["shape"])
-        except ValueError:
-            return None
-        return params if params.suffix() == suffix else None
-
     def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.C != 1 or problem.K != 1:
             return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
-        if not p.compiled.of(problem):
-            return (f"compiled for {p.shape}, problem has "
-                    f"{spell_shape(problem.filter, problem.stride, problem.dilation)}")
+        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        if wrong:
+            return wrong
         if problem.G % p.vector:
             return f"vector {p.vector} needs G={problem.G} divisible by it"
         sums = math.prod(p.tile()) * p.vector

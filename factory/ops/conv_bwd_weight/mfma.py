@@ -11,15 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType
-from ..base import Family
+from ..conv.family import MFMA_TILE, WAVE_LANES, MfmaRules
 from .common import ALL_CELLS
 from .mma import Mma, MmaParams, gemm_template_values
 
-WAVE_LANES = 64
-MFMA_TILE = 16
-BF16_K16_MISSING = frozenset({"gfx908"})  # CDNA1: bf16 MFMA only with K = 8
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32))
 
 
@@ -33,7 +30,7 @@ class MfmaParams(MmaParams):
         return {**gemm_template_values(self, "mfma"), "warps_m": self.warps_m, "warps_n": self.warps_n}
 
 
-class Mfma(Mma):
+class Mfma(MfmaRules, Mma):
     name = "mfma"
     params_type = MfmaParams
     description = "implicit GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts); split-K"
@@ -41,13 +38,5 @@ class Mfma(Mma):
     def supported_cells(self) -> frozenset:
         return CELLS
 
-    def needs(self, params: MfmaParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.MFMA})
-
-    def why_not_on(self, params: MfmaParams, target: DeviceTarget) -> str | None:
-        return Family.why_not_on(self, params, target)
-
     def why_not_here(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.dtype in (DType.BF16, DType.BF16_FP32W) and target.arch in BF16_K16_MISSING:
-            return f"bf16 MFMA with K = 16 needs gfx90a or newer, not {target.arch}"
-        return super().why_not_here(p, problem, target)
+        return self.bf16_refusal(problem, target) or super().why_not_here(p, problem, target)

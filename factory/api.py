@@ -30,6 +30,7 @@ from .executor import MODULES, PreparedPlan
 from .ops import solver_for
 from .ops.base import Launch, Role, TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
+from .nearest import nearest_choice
 from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, served_choice
 from . import sources
 from .sources import hash_of, source_of
@@ -173,6 +174,10 @@ def select(
     if mode is SelectMode.DB:
         why = "".join(f"; {r.line()}" for r in choice.refusals)
         raise NotTuned(f"no tuned winner for {problem.key} on this device{why}; run `kfactory tune` or use mode=tune")
+    if mode is SelectMode.AUTO:
+        near = nearest_choice(problem, db, backend.device_info())
+        if near is not None:
+            return kernel_for(near.instance, problem, backend)
     candidates = lookup(problem, target=target)
     if mode is SelectMode.TUNE:
         by_name = {c.name: c for c in candidates}

@@ -332,6 +332,7 @@ def _tune_hooks(bar: Progress) -> dict[str, Any]:
 
 # --- query --------------------------------------------------------------------------------------
 def cmd_query(args: argparse.Namespace) -> int:
+    from .nearest import nearest_choice
     from .selector import stored_choice, tune_command
 
     problem = _problem(args)
@@ -360,8 +361,13 @@ def cmd_query(args: argparse.Namespace) -> int:
                    "recorded_at": winner.recorded_at.astimezone(timezone.utc).isoformat(), "not_served": refusals}
     else:
         advice = tune_command(problem) if device is not None else None
-        result |= {"tuned": False, "not_served": refusals,
-                   "instead": {"instance": guess.name, "source": "heuristic", "advice": advice}}
+        near = nearest_choice(problem, db, device) if device is not None else None
+        instead: dict[str, Any] = {"instance": guess.name, "source": "heuristic", "advice": advice}
+        if near is not None:
+            instead = {"instance": near.instance.name, "source": "nearest", "from_problem": near.source_key,
+                       "from_instance": near.source_instance, "from_us": near.source_us,
+                       "distance": round(near.distance, 3), "advice": advice}
+        result |= {"tuned": False, "not_served": refusals, "instead": instead}
         if device_error:
             result["device_error"] = device_error
     if args.json:
@@ -376,6 +382,12 @@ def cmd_query(args: argparse.Namespace) -> int:
     if device is None:
         console.print(f"untuned on this machine (no GPU: {device_error}); the heuristic would pick {guess.name}",
                       markup=False, highlight=False, soft_wrap=True)
+        return 0
+    instead = result["instead"]
+    if instead["source"] == "nearest":
+        console.print(f"untuned on this device; serving {instead['instance']}, the winner of the nearest tuned "
+                      f"problem {instead['from_problem']} ({instead['from_us']:.2f} µs there); to tune it here: "
+                      f"{tune_command(problem)}", markup=False, highlight=False, soft_wrap=True)
         return 0
     console.print(f"untuned on this device; the heuristic would pick {guess.name}; "
                   f"to tune it here: {tune_command(problem)}", markup=False, highlight=False, soft_wrap=True)

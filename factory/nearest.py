@@ -1,0 +1,112 @@
+"""An answer for a problem nobody tuned: the winner of the nearest tuned problem on this device.
+
+A layer nobody tuned usually has tuned neighbours (the same layer at another batch size, the next
+stage of the network). Their winners are better guesses than the heuristic's prior: same op, layout,
+dtype and rank, recorded on exactly this device, measured on today's code, and applicable to the asked
+problem. Nearness is a distance over the logarithms of the problems' sizes (N, channels, spatial sizes,
+filter, ...), so a batch twice as large counts as much as a spatial size twice as large. A winner of a
+family that compiles the problem's shape in (a filter, a stride) is carried over as the same tuning
+point specialized for the asked problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from tuning_db import TuningDB, Winner
+from tuning_db.devices import mismatches
+
+from .backends import DeviceInfo
+from .catalog import CatalogError, Instance, instance_by_name
+from .device import target_for
+from .ops import solver_for
+from .selector import code_refusal, lookup
+
+MISSING_FIELD = 1.0  # distance for a size one problem spells and the other does not
+
+
+@dataclass(frozen=True)
+class NearestChoice:
+    """A tuned neighbour's winner, applicable to the asked problem."""
+
+    instance: Instance  # what to run for the asked problem
+    source_key: str  # the tuned problem it won on
+    source_instance: str  # the winner's own name (differs when carried over to another filter)
+    source_us: float  # its time on the tuned problem
+    distance: float
+
+
+def cell_prefix(problem_key: str) -> str:
+    """`op:layout:dtype:rank:` of a problem key: the problems whose winners may serve it."""
+    return ":".join(problem_key.split(":", 4)[:4]) + ":"
+
+
+def sizes(problem_key: str) -> dict[str, tuple[int, ...]]:
+    """The numeric fields of a key's size part (`N=32,...,input=28x28`), each as a tuple."""
+    spec = problem_key.split(":", 4)[4]
+    fields: dict[str, tuple[int, ...]] = {}
+    for part in spec.split(","):
+        name, _, value = part.partition("=")
+        try:
+            fields[name] = tuple(int(v) for v in value.split("x"))
+        except ValueError:
+            continue  # a non-integer field (alpha=0.5): not a size
+    return fields
+
+
+def distance(a: Mapping[str, tuple[int, ...]], b: Mapping[str, tuple[int, ...]]) -> float:
+    """Sum over sizes of |log2(1 + x) - log2(1 + y)|; a field only one side has, or of another rank,
+    costs MISSING_FIELD per value."""
+    total = 0.0
+    for name in a.keys() | b.keys():
+        x, y = a.get(name), b.get(name)
+        if x is None or y is None or len(x) != len(y):
+            total += MISSING_FIELD * max(len(x or ()), len(y or ()))
+            continue
+        total += sum(abs(math.log2(1 + u) - math.log2(1 + v)) for u, v in zip(x, y))
+    return total
+
+
+def nearest_choice(problem: Any, db: TuningDB, device: DeviceInfo) -> NearestChoice | None:
+    """The nearest tuned problem's winner that can serve `problem` on `device`, or None."""
+    prefix, key = cell_prefix(problem.key), problem.key
+    mine = sizes(key)
+    neighbours = [w for w in db.winners(problem.op.value)
+                  if w.problem_key.startswith(prefix) and w.problem_key != key and not mismatches(w.device, device)]
+    if not neighbours:
+        return None
+    candidates = lookup(problem, target=target_for(device))
+    ranked = sorted(neighbours, key=lambda w: (distance(mine, sizes(w.problem_key)), w.problem_key))
+    for winner in ranked:
+        instance = _serving_instance(problem, winner, candidates)
+        if instance is not None:
+            return NearestChoice(instance, winner.problem_key, winner.instance, winner.median_us,
+                                 distance(mine, sizes(winner.problem_key)))
+    return None
+
+
+def _serving_instance(problem: Any, winner: Winner, candidates: Iterable[Instance]) -> Instance | None:
+    """The candidate that is `winner`'s tuning point for `problem`: the instance itself, or the same point
+    with the problem's own filled-in values; None when the winner was timed on other code or no such
+    point computes `problem`."""
+    try:
+        own = instance_by_name(winner.instance)
+    except CatalogError:
+        return None  # left the catalog
+    if code_refusal(winner, own) is not None:
+        return None
+    by_name = {c.name: c for c in candidates}
+    if own.name in by_name:
+        return by_name[own.name]
+    family = solver_for(problem.op).family(own.family)
+    values = family.problem_values(problem) if family.takes_problem_values() else None
+    if not values:
+        return None
+    try:
+        carried = dataclasses.replace(own.params, **values)
+    except (TypeError, ValueError):
+        return None
+    return next((c for c in by_name.values() if c.family == own.family and c.params == carried), None)

@@ -1,0 +1,105 @@
+"""An untuned problem is served the winner of the nearest tuned problem of its cell on this device
+(factory.nearest): select(mode=AUTO) runs it and `kfactory query` says where it came from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import factory.backends
+from factory import cli
+from factory.api import SelectMode, select
+from factory.nearest import cell_prefix, distance, nearest_choice, sizes
+from factory.problem import DType, Layout, Op, parse_conv_problem
+from factory.selector import heuristic_pick, lookup
+from fake_gpu import DEVICE, FakeGPU, code_of, isolate
+from tuning_db import Measurement, TuningDB
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*cannot be rebuilt in a worker process:RuntimeWarning")
+
+ASKED = parse_conv_problem("N=64,G=8,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+NEAR = parse_conv_problem("N=32,G=8,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+FAR = parse_conv_problem("N=2,G=8,C=1,K=1,input=9x9,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    isolate(monkeypatch, tmp_path)
+
+
+def not_the_heuristic(problem, skip: int = 0) -> str:
+    guess = heuristic_pick(problem).name
+    return [c.name for c in lookup(problem) if c.name != guess and c.family != "dl"][skip]
+
+
+def store(db: TuningDB, problem, instance: str, device=DEVICE, code: str | None = "current") -> None:
+    source = code_of(instance) if code == "current" else code
+    db.record(problem.key, problem.op.value, device, [Measurement(instance, 3.0, 0.1, 25, True, source_hash=source)])
+
+
+def test_distance_counts_log_sizes_and_fields_only_one_side_has():
+    assert cell_prefix(ASKED.key) == "conv_bwd_weight:nhwgc:fp16:2d:"
+    a, b = sizes(ASKED.key), sizes(NEAR.key)
+    assert distance(a, a) == 0
+    assert distance(a, b) == pytest.approx(abs(__import__("math").log2(65 / 33)))
+    assert distance(a, b) < distance(a, sizes(FAR.key))
+    assert distance({"N": (1,)}, {"N": (1,), "M": (3, 3)}) == 2.0
+
+
+def test_the_nearest_tuned_problem_wins_over_a_farther_one(tmp_path):
+    near_pick, far_pick = not_the_heuristic(NEAR), not_the_heuristic(FAR, skip=1)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        store(db, FAR, far_pick)
+        store(db, NEAR, near_pick)
+        choice = nearest_choice(ASKED, db, DEVICE)
+    assert choice is not None
+    assert (choice.instance.name, choice.source_key, choice.source_instance) == (near_pick, NEAR.key, near_pick)
+
+
+@pytest.mark.parametrize("change", [{"sm_count": 114}, {"arch": "sm_80"}], ids=["sm_count", "arch"])
+def test_a_winner_of_another_device_is_no_neighbour(tmp_path, change):
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        store(db, NEAR, not_the_heuristic(NEAR), device=dataclasses.replace(DEVICE, **change))
+        assert nearest_choice(ASKED, db, DEVICE) is None
+
+
+def test_a_winner_of_another_layout_or_of_older_code_is_no_neighbour(tmp_path):
+    other_layout = parse_conv_problem("N=32,G=8,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NGCHW, DType.FP16)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        store(db, other_layout, not_the_heuristic(other_layout))
+        store(db, NEAR, not_the_heuristic(NEAR), code="0" * 64)
+        assert nearest_choice(ASKED, db, DEVICE) is None
+
+
+def test_a_compiled_in_filter_carries_over_to_the_asked_filter(tmp_path):
+    """A depthwise backward-data winner tuned on 3x3 serves a 5x5 problem as the same tuning point."""
+    tuned = parse_conv_problem("N=8,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NHWGC, DType.FP16,
+                               Op.CONV_BWD_DATA)
+    asked = parse_conv_problem("N=16,G=64,C=1,K=1,input=28x28,filter=5x5,pad=2", Layout.NHWGC, DType.FP16,
+                               Op.CONV_BWD_DATA)
+    winner = next(c for c in lookup(tuned) if c.family == "dwr" and c.params.vector == 4 and c.params.run == 2)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        store(db, tuned, winner.name)
+        choice = nearest_choice(asked, db, DEVICE)
+    assert choice is not None and choice.source_instance == winner.name
+    assert choice.instance.name == winner.name.replace("k3x3s1x1d1x1", "k5x5s1x1d1x1")
+    assert choice.instance in lookup(asked)
+
+
+def test_select_auto_runs_the_neighbour_and_query_says_so(tmp_path, capsys, monkeypatch):
+    near_pick = not_the_heuristic(NEAR)
+    path = tmp_path / "t.sqlite"
+    with TuningDB(str(path)) as db:
+        store(db, NEAR, near_pick)
+        assert select(ASKED, SelectMode.AUTO, backend=FakeGPU(ASKED), db=db).instance.name == near_pick
+        assert select(ASKED, SelectMode.HEURISTIC, backend=FakeGPU(ASKED), db=db).instance.name != near_pick
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: FakeGPU(ASKED))
+    argv = ["query", "--layout", "NHWGC", "--dtype", "fp16", "--problem", ASKED.key.split(":", 4)[4], "--db", str(path)]
+    assert cli.main(argv + ["--json"]) == 0
+    instead = json.loads(capsys.readouterr().out)["instead"]
+    assert instead["source"] == "nearest" and instead["instance"] == near_pick and instead["from_problem"] == NEAR.key
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"serving {near_pick}, the winner of the nearest tuned problem {NEAR.key}" in out.replace("\n", "")

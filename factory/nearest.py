@@ -4,7 +4,8 @@ A layer nobody tuned usually has tuned neighbours (the same layer at another bat
 stage of the network). Their winners are better guesses than the heuristic's prior: same op, layout,
 dtype and rank, recorded on exactly this device, measured on today's code, and applicable to the asked
 problem. Nearness is a distance over the logarithms of the problems' sizes (N, channels, spatial sizes,
-filter, ...), so a batch twice as large counts as much as a spatial size twice as large. A winner of a
+filter, ...), so a batch twice as large counts as much as a spatial size twice as large; a neighbour
+must also be of the same class (depthwise, dense, pointwise, strided) and within MAX_DISTANCE. A winner of a
 family that compiles the problem's shape in (a filter, a stride) is carried over as the same tuning
 point specialized for the asked problem.
 """
@@ -23,9 +24,13 @@ from .backends import DeviceInfo
 from .catalog import CatalogError, Instance, instance_by_name
 from .device import target_for
 from .ops import solver_for
-from .selector import code_refusal, lookup
+from .problem import ConvProblem
+from .selector import UnreadableKey, code_refusal, heuristic_pick, lookup, problem_from_key
 
 MISSING_FIELD = 1.0  # distance for a size one problem spells and the other does not
+# Past this distance (about a dozen doublings of sizes) a neighbour's winner served worse than the
+# heuristic on a random set of tuned problems (scripts/nearest_regret.py; bench/NOTES.md section 21).
+MAX_DISTANCE = 12.0
 
 
 @dataclass(frozen=True)
@@ -70,21 +75,47 @@ def distance(a: Mapping[str, tuple[int, ...]], b: Mapping[str, tuple[int, ...]])
     return total
 
 
+def problem_class(problem: Any) -> tuple[bool, ...]:
+    """What a neighbour must share beyond the cell: for convolutions, whether the problem is depthwise
+    (C = K = 1), dense (G = 1), pointwise (a 1x1 filter) and strided, which decide the family and tile
+    that win whatever the sizes (a grouped winner serves a depthwise or dense layer badly, however close
+    their sizes)."""
+    if isinstance(problem, ConvProblem):
+        return (problem.C == 1 and problem.K == 1, problem.G == 1, problem.filter_volume == 1,
+                any(s > 1 for s in problem.stride))
+    return ()
+
+
+def _class_of_key(problem_key: str) -> tuple[bool, ...] | None:
+    try:
+        return problem_class(problem_from_key(problem_key))
+    except UnreadableKey:
+        return None  # a key this version cannot read: no neighbour
+
+
 def nearest_choice(problem: Any, db: TuningDB, device: DeviceInfo) -> NearestChoice | None:
-    """The nearest tuned problem's winner that can serve `problem` on `device`, or None."""
+    """The nearest tuned problem's winner that can serve `problem` on `device`, or None: neighbours are
+    of the same cell and problem class, within MAX_DISTANCE."""
     prefix, key = cell_prefix(problem.key), problem.key
-    mine = sizes(key)
-    neighbours = [w for w in db.winners(problem.op.value)
-                  if w.problem_key.startswith(prefix) and w.problem_key != key and not mismatches(w.device, device)]
-    if not neighbours:
+    mine, kind = sizes(key), problem_class(problem)
+    near: list[tuple[float, str, Winner]] = []
+    for w in db.winners(problem.op.value):
+        if not w.problem_key.startswith(prefix) or w.problem_key == key or mismatches(w.device, device):
+            continue
+        d = distance(mine, sizes(w.problem_key))
+        if d <= MAX_DISTANCE and _class_of_key(w.problem_key) == kind:
+            near.append((d, w.problem_key, w))
+    if not near:
         return None
-    candidates = lookup(problem, target=target_for(device))
-    ranked = sorted(neighbours, key=lambda w: (distance(mine, sizes(w.problem_key)), w.problem_key))
-    for winner in ranked:
+    target = target_for(device)
+    candidates = lookup(problem, target=target)
+    # The prior chooses the family well (it knows which kind of kernel a problem's shape needs); a
+    # neighbour's winner refines the tuning point within it.
+    family = heuristic_pick(problem, candidates, target).family
+    for d, _, winner in sorted(near, key=lambda t: (t[0], t[1])):
         instance = _serving_instance(problem, winner, candidates)
-        if instance is not None:
-            return NearestChoice(instance, winner.problem_key, winner.instance, winner.median_us,
-                                 distance(mine, sizes(winner.problem_key)))
+        if instance is not None and instance.family == family:
+            return NearestChoice(instance, winner.problem_key, winner.instance, winner.median_us, d)
     return None
 
 

@@ -30,8 +30,16 @@ def _isolated(monkeypatch, tmp_path):
 
 
 def not_the_heuristic(problem, skip: int = 0) -> str:
-    guess = heuristic_pick(problem).name
-    return [c.name for c in lookup(problem) if c.name != guess and c.family != "dl"][skip]
+    """A tuning point of `problem` in the family the heuristic picks for ASKED, other than its pick for
+    ASKED, that computes ASKED too (a neighbour refines the point within the prior's family)."""
+    guess = heuristic_pick(ASKED)
+    asked = {c.name for c in lookup(ASKED)}
+    return [c.name for c in lookup(problem)
+            if c.name != guess.name and c.family == guess.family and c.name in asked][skip]
+
+
+def any_point(problem) -> str:
+    return next(c.name for c in lookup(problem) if c.name != heuristic_pick(problem).name)
 
 
 def store(db: TuningDB, problem, instance: str, device=DEVICE, code: str | None = "current") -> None:
@@ -68,8 +76,21 @@ def test_a_winner_of_another_device_is_no_neighbour(tmp_path, change):
 def test_a_winner_of_another_layout_or_of_older_code_is_no_neighbour(tmp_path):
     other_layout = parse_conv_problem("N=32,G=8,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NGCHW, DType.FP16)
     with TuningDB(str(tmp_path / "t.sqlite")) as db:
-        store(db, other_layout, not_the_heuristic(other_layout))
+        store(db, other_layout, any_point(other_layout))
         store(db, NEAR, not_the_heuristic(NEAR), code="0" * 64)
+        assert nearest_choice(ASKED, db, DEVICE) is None
+
+
+def test_a_neighbour_of_another_class_or_family_or_too_far_is_no_neighbour(tmp_path):
+    grouped = parse_conv_problem("N=32,G=8,C=2,K=2,input=28x28,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    far = parse_conv_problem("N=1,G=8,C=1,K=1,input=512x512,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    other_family = next(c.name for c in lookup(NEAR) if c.family != heuristic_pick(ASKED).family)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        store(db, grouped, any_point(grouped))  # C = K = 2: not depthwise
+        store(db, far, not_the_heuristic(far))  # 5 doublings of N and 4 of each spatial size
+        assert distance(sizes(ASKED.key), sizes(far.key)) > 12
+        assert nearest_choice(ASKED, db, DEVICE) is None
+        store(db, NEAR, other_family)  # the heuristic's family for ASKED differs
         assert nearest_choice(ASKED, db, DEVICE) is None
 
 

@@ -1,0 +1,83 @@
+"""Regret of serving untuned problems, measured on a tuning DB whose problems were tuned in full.
+
+For every tuned problem P of the DB (one device), leave P out and ask what an untuned P would be served:
+the winner of the nearest other tuned problem (factory.nearest) and the heuristic's pick. Every candidate
+of P was measured when P was tuned, so the time of either choice on P is in the DB: regret = that time /
+P's winner time. Problems whose choice was not measured on P (it failed there) count as unmeasured.
+
+    python scripts/nearest_regret.py bench/.../rand.db [--op conv_bwd_data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from factory.device import target_for
+from factory.nearest import nearest_choice
+from factory.selector import heuristic_pick, problem_from_key
+from tuning_db import TuningDB
+
+
+@dataclass(frozen=True)
+class Served:
+    key: str
+    nearest: float | None  # regret, None: no neighbour or not measured
+    heuristic: float | None
+
+
+class LeaveOneOut:
+    """The DB seen without one problem's winner (what nearest_choice reads)."""
+
+    def __init__(self, db: TuningDB, left_out: str) -> None:
+        self.db, self.left_out = db, left_out
+
+    def winners(self, op: str | None = None):
+        return [w for w in self.db.winners(op) if w.problem_key != self.left_out]
+
+
+def regrets(db: TuningDB, op: str | None) -> list[Served]:
+    rows = []
+    for winner in db.winners(op):
+        problem = problem_from_key(winner.problem_key)
+        times = {m.instance: m.median_us for m, _, _ in db.measurements(winner.problem_key, winner.device)
+                 if m.verified and m.median_us}
+        ratio: Callable[[str | None], float | None] = (
+            lambda name: times[name] / winner.median_us if name in times else None)
+        near = nearest_choice(problem, LeaveOneOut(db, winner.problem_key), winner.device)  # type: ignore[arg-type]
+        guess = heuristic_pick(problem, target=target_for(winner.device))
+        rows.append(Served(winner.problem_key, ratio(near.instance.name) if near else None, ratio(guess.name)))
+    return rows
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "none"
+    geomean = math.exp(sum(math.log(v) for v in values) / len(values))
+    return f"{len(values)} problems, geomean {geomean:.3f}, worst {max(values):.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("db")
+    parser.add_argument("--op")
+    args = parser.parse_args(argv)
+    with TuningDB(args.db) as db:
+        rows = regrets(db, args.op)
+    for r in rows:
+        near = f"{r.nearest:.2f}" if r.nearest else "-"
+        heur = f"{r.heuristic:.2f}" if r.heuristic else "-"
+        print(f"{near:>6} {heur:>6}  {r.key}")
+    served = [r for r in rows if r.nearest is not None]
+    print(f"nearest served: {summary([r.nearest for r in served])}")
+    print(f"heuristic on the same problems: {summary([r.heuristic for r in served if r.heuristic])}")
+    print(f"heuristic on all: {summary([r.heuristic for r in rows if r.heuristic])}")
+    print(f"no servable neighbour: {len(rows) - len(served)} of {len(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

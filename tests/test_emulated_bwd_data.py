@@ -92,6 +92,18 @@ CASES = [
     Case("mma-ngchw-int8sat-2d-s2", "mma", L.NGCHW, D.INT8_SAT, "N=2,G=1,C=32,K=64,input=9x7,filter=3x3,stride=2,pad=1"),
     Case("dwr-nhwgc-int8sat-1d", "dwr", L.NHWGC, D.INT8_SAT, "N=2,G=16,C=1,K=1,input=100,filter=63,pad=31",
          lambda p: p.vector == 8),
+    # dws: the window staged in shared memory (W-contiguous layouts, 1-D and 2-D).
+    Case("dws-ngchw-fp16-2d", "dws", L.NGCHW, D.FP16, "N=2,G=3,C=1,K=1,input=14x14,filter=3x3,pad=1",
+         lambda p: p.rows == 2 and p.run == 2 and p.threads == 128),
+    Case("dws-gkyxc-fp32-2d-s2-d2-asym", "dws", L.NGCHW_GKYXC, D.FP32,
+         "N=1,G=2,C=1,K=1,input=17x13,filter=5x3,stride=2,pad_left=3x1,pad_right=2x2,dilation=2x1",
+         lambda p: p.rows == 1),
+    Case("dws-gnhwc-int8sat-1d-long", "dws", L.GNHWC, D.INT8_SAT, "N=2,G=2,C=1,K=1,input=300,filter=63,pad=31",
+         lambda p: p.run == 4),
+    Case("dws-ngchw-bf16-1d-s3", "dws", L.NGCHW, D.BF16, "N=3,G=2,C=1,K=1,input=50,filter=4,stride=3,pad=2",
+         lambda p: p.run == 2),
+    Case("dws-gnhwc-int8-2d-many-strips", "dws", L.GNHWC, D.INT8, "N=1,G=2,C=1,K=1,input=40x37,filter=3x3,pad=1",
+         lambda p: p.threads == 128 and p.rows == 1 and p.run == 1),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),

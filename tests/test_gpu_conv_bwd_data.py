@@ -5,7 +5,7 @@
    tuner: outputs poisoned, every element checked. One test per (family, problem): `-k mma`.
 2. 100 seeded random problems per family through Kernel.run on PyTorch tensors, each with the instance
    the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]).
-   The depthwise-only family (`dwr`) draws depthwise problems: 1-D filters up to 64 taps, 2-D up to
+   The depthwise-only families (`dwr`; `dws` in its W-contiguous 1-D/2-D cells) draw depthwise problems: 1-D filters up to 64 taps, 2-D up to
    13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32."""
 
 
@@ -14,7 +14,7 @@ import pytest
 
 from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER
-from factory.problem import DType, Layout, Op, parse_conv_problem
+from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
 from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
 from test_gpu_mma_random import draw
 
@@ -72,19 +72,19 @@ def random_problems() -> list:
     return [parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA) for layout, dtype, spec in drawn]
 
 
-DEPTHWISE_ONLY = ("dwr",)
+DEPTHWISE_ONLY = ("dwr", "dws")
 
 
 def _axis_pads(rng: np.random.Generator, span: int) -> tuple[int, int]:
     return int(rng.integers(0, span)), int(rng.integers(0, span))
 
 
-def random_depthwise_problems() -> list:
+def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1, 2, 2, 3)) -> list:
     """C = K = 1 problems as networks have them, and odd ones: long 1-D filters, 2-D up to 13x13, 3-D."""
     rng = np.random.default_rng(SEED + 1)
-    specs = []
-    for _ in range(COUNT):
-        ndim = int(rng.choice([1, 2, 2, 3]))
+    drawn: list = []
+    while len(drawn) < COUNT:
+        ndim = int(rng.choice(ndims))
         if ndim == 1:
             filt = (int(rng.integers(2, 65)),)
             size = (int(rng.integers(filt[0], 700)),)
@@ -103,10 +103,13 @@ def random_depthwise_problems() -> list:
         spec = (f"N={int(rng.integers(1, 9))},G={groups},C=1,K=1,input={dims(size)},filter={dims(filt)},"
                 f"stride={dims(stride)},dilation={dims(dilation)},"
                 f"pad_left={dims(p[0] for p in pads)},pad_right={dims(p[1] for p in pads)}")
-        layout = tuple(Layout)[int(rng.integers(len(Layout)))]
+        layout = layouts[int(rng.integers(len(layouts)))]
         dtype = (D.FP16, D.BF16, D.FP32)[int(rng.integers(3))]  # PyTorch has no int8 backward-data
-        specs.append((layout, dtype, spec))
-    return [parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA) for layout, dtype, spec in specs]
+        try:
+            drawn.append(parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA))
+        except InvalidProblem:
+            continue  # a dilated filter past the padded input: draw again
+    return drawn
 
 
 @pytest.mark.parametrize("family", sorted(SOLVER.families))
@@ -116,7 +119,10 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
     target = target_for(gpu_backend.device_info())
-    drawn = random_depthwise_problems() if family in DEPTHWISE_ONLY else random_problems()
+    if family == "dws":  # W-contiguous layouts, 1-D and 2-D
+        drawn = random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (1, 2))
+    else:
+        drawn = random_depthwise_problems() if family in DEPTHWISE_ONLY else random_problems()
     picks, failures = heuristic_picks(family, drawn, target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements

@@ -7,6 +7,8 @@ write an int32 grad_input (int8_sat: the same sums saturated to an int8 grad_inp
   every layout, dtype and rank; also the fallback for small groups.
 - `dwr`: depthwise (C = K = 1), memory bound: a tile of positions per thread, each dOut row loaded once
   into registers for every tap; filter, stride and dilation compiled in.
+- `dws`: depthwise in W-contiguous layouts (NGCHW, GNHWC), 1-D/2-D: a block per strip of plane rows, the
+  strip's dOut window staged once in shared memory.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h), strided
   problems split by stride phase so no product with a tap that cannot reach an input is computed.
 - `mfma`: the same GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts).
@@ -25,6 +27,7 @@ from ..conv import ConvOp, explicit_padding, physical
 from .common import OUTPUT, TENSORS, result_scalar
 from .direct import Direct, DirectParams
 from .dwr import Dwr, DwrParams
+from .dws import Dws, DwsParams
 from .mfma import Mfma, MfmaParams
 from .mma import Mma, MmaParams
 from .reference import reference_logical
@@ -34,7 +37,7 @@ class ConvBwdData(ConvOp):
     """The `conv_bwd_data` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_DATA
-    family_list = (Direct(), Dwr(), Mma(), Mfma())
+    family_list = (Direct(), Dwr(), Dws(), Mma(), Mfma())
     tensor_names = TENSORS
     output_name = OUTPUT
 
@@ -104,4 +107,4 @@ class ConvBwdData(ConvOp):
 
 SOLVER = ConvBwdData()
 
-__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "MfmaParams", "MmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "DwsParams", "MfmaParams", "MmaParams", "reference_logical"]

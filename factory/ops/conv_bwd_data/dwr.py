@@ -58,7 +58,7 @@ class DwrParams:
 
     def tile(self) -> tuple[int, int]:
         """The grad_input positions of a thread's tile along H and W (template TH, TW)."""
-        sh, sw = _hw(self.compiled.stride)
+        sh, sw = hw(self.compiled.stride)
         return self.rows * sh, self.run * sw
 
     def window(self, chunk: int) -> int:
@@ -85,7 +85,7 @@ class DwrParams:
         return values
 
 
-def _hw(values: tuple[int, ...]) -> tuple[int, int]:
+def hw(values: tuple[int, ...]) -> tuple[int, int]:
     """The H and W entries of a per-dimension tuple (H = 1 for 1-D)."""
     return (values[-2] if len(values) > 1 else 1), values[-1]
 
@@ -136,8 +136,8 @@ class Dwr(CompiledShape, BwdDataFamily):
 
 def _threads_needed(p: DwrParams, problem: ConvProblem) -> int:
     """Threads of the launch: one per tile per group vector (a tile may start up to stride - 1 early)."""
-    (sh, sw), (th, tw) = _hw(problem.stride), p.tile()
-    hi, wi = _hw(problem.input)
+    (sh, sw), (th, tw) = hw(problem.stride), p.tile()
+    hi, wi = hw(problem.input)
     di = problem.input[0] if problem.ndim == 3 else 1
     tiles = math.ceil((hi + sh - 1) / th) * math.ceil((wi + sw - 1) / tw)
     return problem.N * problem.G // p.vector * di * tiles

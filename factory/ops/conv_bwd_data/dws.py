@@ -1,0 +1,145 @@
+"""`dws`: depthwise backward-data (C = K = 1) staged through shared memory, for layouts whose W axis is
+contiguous (NGCHW, NGCHW_GKYXC, GNHWC); 1-D and 2-D.
+
+A block takes a strip of whole grad_input rows of one (n, g) plane, a thread a `rows` x `run` tile
+(whole stride periods, as in `dwr`). The dOut rows the strip reaches are copied once into shared
+memory, coalesced along W and zero-padded, so a tile's taps read their window without bounds checks and
+neighbouring tiles share one copy, where `dwr` loads each tile's window from global memory with a
+bounds check per element. A plane row must fit in one block's threads (tiles per row <= threads).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, Layout
+from ..base import Launch, Struct
+from ..conv import layouts as cl
+from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
+from .direct import CompiledShape, Shape
+from .dwr import MAX_SUMS, hw
+
+W_CONTIGUOUS = (Layout.NGCHW, Layout.NGCHW_GKYXC, Layout.GNHWC)
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
+ACC_BYTES = 4  # the window is staged as accumulator values (float or int)
+GRID_Z_LIMIT = 65535
+
+
+@dataclass(frozen=True)
+class DwsParams:
+    threads: int
+    rows: int  # grad_input rows per thread, in stride periods
+    run: int  # grad_input columns per thread, in stride periods
+    shape: str  # the compiled-in filter, stride and dilation (direct.spell_shape)
+
+    def __post_init__(self) -> None:
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads {self.threads} must be whole warps, at most 1024")
+        if not (1 <= self.rows <= 8 and 1 <= self.run <= 16):
+            raise ValueError(f"tile {self.rows}x{self.run} must be 1-8 rows by 1-16 columns")
+        if Shape.parse(self.shape) is None:
+            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
+
+    @property
+    def compiled(self) -> Shape:
+        shape = Shape.parse(self.shape)
+        assert shape is not None  # checked on construction
+        return shape
+
+    def tile(self) -> tuple[int, int]:
+        """The grad_input positions of a thread's tile along H and W (template TH, TW)."""
+        sh, sw = hw(self.compiled.stride)
+        return self.rows * sh, self.run * sw
+
+    def suffix(self) -> str:
+        return f"t{self.threads}_b{self.rows}x{self.run}_{self.shape}"
+
+    def template_values(self) -> dict[str, Any]:
+        shape = self.compiled
+        values: dict[str, Any] = {"threads": self.threads, "rows": self.rows, "run": self.run}
+        for name in ("filter", "stride", "dilation"):
+            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
+        return values
+
+
+@dataclass(frozen=True)
+class Strip:
+    """How a problem is cut for a point: tiles per row and column, tile rows per block, staged values."""
+
+    tiles_w: int
+    tiles_h: int
+    strip_rows: int
+    window_values: int
+
+    @property
+    def strips(self) -> int:
+        return math.ceil(self.tiles_h / self.strip_rows)
+
+
+def strip_of(p: DwsParams, problem: ConvProblem) -> Strip | None:
+    """The template's strip arithmetic, in Python; None when a plane row has more tiles than threads."""
+    shape = p.compiled
+    (fh, fw), (sh, sw), (dh, dw) = hw(shape.filter), hw(shape.stride), hw(shape.dilation)
+    (ph, pw), (hi, wi) = hw(problem.pad_left), hw(problem.input)
+    th, tw = p.tile()
+    shift_h, shift_w = _shift(ph, (fh - 1) * dh, sh), _shift(pw, (fw - 1) * dw, sw)
+    tiles_w, tiles_h = math.ceil((wi + shift_w) / tw), math.ceil((hi + shift_h) / th)
+    if tiles_w > p.threads:
+        return None
+    strip_rows = p.threads // tiles_w
+    rows = (strip_rows - 1) * (th // sh) + (th - 1 + (fh - 1) * dh) // sh + 1
+    cols = (tiles_w - 1) * (tw // sw) + (tw - 1 + (fw - 1) * dw) // sw + 1
+    return Strip(tiles_w, tiles_h, strip_rows, rows * cols)
+
+
+def _shift(pad: int, reach: int, stride: int) -> int:
+    return (stride - (reach - pad) % stride) % stride
+
+
+_SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_(?P<shape>[a-z0-9x]+)")
+
+
+class Dws(CompiledShape, BwdDataFamily):
+    name = "dws"
+    template = "conv_bwd_data/dws.hip.j2"
+    params_type = DwsParams
+    suffix_re = _SUFFIX_RE
+    description = ("depthwise (C = K = 1), W-contiguous layouts, 1-D/2-D: a block per strip of plane rows whose "
+                   "grad_output window is staged once in shared memory; filter, stride, dilation compiled in")
+
+    def supported_cells(self) -> frozenset:
+        return CELLS
+
+    def cell_allows(self, params: DwsParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        return len(params.compiled.filter) == ndim and (ndim == 2 or params.rows == 1)
+
+    def why_not_here(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.C != 1 or problem.K != 1:
+            return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
+        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        if wrong:
+            return wrong
+        if math.prod(p.tile()) > MAX_SUMS:
+            return f"{math.prod(p.tile())} sums per thread pass the register budget ({MAX_SUMS})"
+        strip = strip_of(p, problem)
+        if strip is None:
+            return f"a plane row needs more tiles than the block's {p.threads} threads"
+        if strip.window_values * ACC_BYTES > target.shared_optin:
+            return f"the strip's window needs {strip.window_values * ACC_BYTES} bytes of shared memory"
+        if problem.G > GRID_Y_LIMIT or problem.N > GRID_Z_LIMIT:
+            return f"G={problem.G} or N={problem.N} exceeds the grid's {GRID_Y_LIMIT}"
+        return None
+
+    def main_launch(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
+        strip = strip_of(p, problem)
+        assert strip is not None  # why_not_here refused it otherwise
+        return Launch("kf_main", (strip.strips, problem.G, problem.N), (p.threads, 1, 1), (args,),
+                      shared_bytes=strip.window_values * ACC_BYTES)
+
+    def heuristic_score(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        # Ahead of `dwr` where W is contiguous and a plane row fits a block (dwr loads scalars there).
+        return 4.1 + 0.1 * min(p.run, 4) - 0.05 * p.rows - abs(p.threads - 256) / 1024

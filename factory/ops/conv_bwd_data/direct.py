@@ -112,12 +112,12 @@ class CompiledShape:
         return f"compiled for {shape_text}, problem has {spell_shape(problem.filter, problem.stride, problem.dilation)}"
 
     def parse_suffix(self, suffix: str) -> Any:
-        """The params whose suffix is `suffix` (fields in the pattern's group order), else None."""
+        """The params whose suffix is `suffix` (the pattern's groups name the fields), else None."""
         match = self.suffix_re.fullmatch(suffix)
         if match is None:
             return None
         try:
-            params = self.params_type(*(v if name == "shape" else int(v) for name, v in match.groupdict().items()))
+            params = self.params_type(**{name: v if name == "shape" else int(v) for name, v in match.groupdict().items()})
         except ValueError:
             return None
         return params if params.suffix() == suffix else None

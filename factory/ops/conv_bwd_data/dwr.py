@@ -33,9 +33,10 @@ ORDERS = {Layout.NHWGC: "vwhdn", Layout.NGCHW: "whdgn", Layout.NGCHW_GKYXC: "whd
 
 
 @dataclass(frozen=True)
-class DwrParams:
+class TileParams:
+    """A depthwise tile point (dwr, dws): threads, a thread's tile in stride periods, the compiled shape."""
+
     threads: int
-    vector: int  # consecutive groups per thread (NHWGC only)
     rows: int  # grad_input rows per thread, in stride periods (rows * stride_h positions)
     run: int  # grad_input columns per thread, in stride periods (run * stride_w positions)
     shape: str  # the compiled-in filter, stride and dilation (direct.spell_shape)
@@ -43,8 +44,6 @@ class DwrParams:
     def __post_init__(self) -> None:
         if self.threads % 32 or not 32 <= self.threads <= 1024:
             raise ValueError(f"threads {self.threads} must be whole warps, at most 1024")
-        if self.vector not in (1, 2, 4, 8):
-            raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8")
         if not (1 <= self.rows <= 8 and 1 <= self.run <= 16):
             raise ValueError(f"tile {self.rows}x{self.run} must be 1-8 rows by 1-16 columns")
         if Shape.parse(self.shape) is None:
@@ -60,6 +59,23 @@ class DwrParams:
         """The grad_input positions of a thread's tile along H and W (template TH, TW)."""
         sh, sw = hw(self.compiled.stride)
         return self.rows * sh, self.run * sw
+
+    def template_values(self) -> dict[str, Any]:
+        shape = self.compiled
+        values: dict[str, Any] = {"threads": self.threads, "rows": self.rows, "run": self.run}
+        for name in ("filter", "stride", "dilation"):
+            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
+        return values
+
+
+@dataclass(frozen=True)
+class DwrParams(TileParams):
+    vector: int = 1  # consecutive groups per thread (NHWGC only)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.vector not in (1, 2, 4, 8):
+            raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8")
 
     def window(self, chunk: int) -> int:
         """Values a thread holds for one window row when taking `chunk` filter taps along W at a time."""
@@ -77,12 +93,7 @@ class DwrParams:
         return f"t{self.threads}_v{self.vector}_b{self.rows}x{self.run}_{self.shape}"
 
     def template_values(self) -> dict[str, Any]:
-        shape = self.compiled
-        values: dict[str, Any] = {"threads": self.threads, "vector": self.vector, "rows": self.rows, "run": self.run,
-                                  "chunk": self.chunk()}
-        for name in ("filter", "stride", "dilation"):
-            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
-        return values
+        return super().template_values() | {"vector": self.vector, "chunk": self.chunk()}
 
 
 def hw(values: tuple[int, ...]) -> tuple[int, int]:

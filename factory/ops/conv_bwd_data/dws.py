@@ -18,10 +18,9 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
-from ..conv import layouts as cl
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
-from .direct import CompiledShape, Shape
-from .dwr import MAX_SUMS, hw
+from .direct import CompiledShape
+from .dwr import MAX_SUMS, TileParams, hw
 
 W_CONTIGUOUS = (Layout.NGCHW, Layout.NGCHW_GKYXC, Layout.GNHWC)
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
@@ -30,40 +29,9 @@ GRID_Z_LIMIT = 65535
 
 
 @dataclass(frozen=True)
-class DwsParams:
-    threads: int
-    rows: int  # grad_input rows per thread, in stride periods
-    run: int  # grad_input columns per thread, in stride periods
-    shape: str  # the compiled-in filter, stride and dilation (direct.spell_shape)
-
-    def __post_init__(self) -> None:
-        if self.threads % 32 or not 32 <= self.threads <= 1024:
-            raise ValueError(f"threads {self.threads} must be whole warps, at most 1024")
-        if not (1 <= self.rows <= 8 and 1 <= self.run <= 16):
-            raise ValueError(f"tile {self.rows}x{self.run} must be 1-8 rows by 1-16 columns")
-        if Shape.parse(self.shape) is None:
-            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
-
-    @property
-    def compiled(self) -> Shape:
-        shape = Shape.parse(self.shape)
-        assert shape is not None  # checked on construction
-        return shape
-
-    def tile(self) -> tuple[int, int]:
-        """The grad_input positions of a thread's tile along H and W (template TH, TW)."""
-        sh, sw = hw(self.compiled.stride)
-        return self.rows * sh, self.run * sw
-
+class DwsParams(TileParams):
     def suffix(self) -> str:
         return f"t{self.threads}_b{self.rows}x{self.run}_{self.shape}"
-
-    def template_values(self) -> dict[str, Any]:
-        shape = self.compiled
-        values: dict[str, Any] = {"threads": self.threads, "rows": self.rows, "run": self.run}
-        for name in ("filter", "stride", "dilation"):
-            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
-        return values
 
 
 @dataclass(frozen=True)

@@ -341,6 +341,20 @@ def _specialized_all(directory: str, cell: Cell, keys: tuple[tuple[str, Hashable
     return tuple(inst for family, key in keys if key is not None for inst in _specialized(directory, cell, family, key))
 
 
+def per_problem_families(op: Op, layout: Layout | None = None, dtype: DType | None = None, ndim: int | None = None,
+                         directory: Path | None = None) -> tuple[str, ...]:
+    """Families of `op` with template points in a matching cell: their instances are made per problem
+    (`lookup`, `generate --problem`), so a listing without a problem cannot show them."""
+    names = []
+    for f in _files(str(directory or instances_dir())):
+        if f.op is not op or not f.templates:
+            continue
+        if any((layout is None or l is layout) and (dtype is None or d is dtype) and (ndim is None or n == ndim)
+               for l, d, n in f.cells):
+            names.append(f.family.name)
+    return tuple(dict.fromkeys(names))
+
+
 def select_instances(
     op: Op | None = None,
     layout: Layout | None = None,

@@ -25,7 +25,7 @@ from rich.table import Table
 from . import codegen, outdir
 from .backends import BACKEND_ENV, BackendError, BackendKind
 from .bench import add_bench_parser
-from .catalog import Instance, select_instances
+from .catalog import Instance, per_problem_families, select_instances
 from .device import DEFAULT_TARGET, TARGETS, target_for, target_named
 from .ops import SOLVERS, solver_for
 from .problem import DType, KernelFactoryError, Layout, Op
@@ -234,7 +234,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         _emit_json([_instance_record(i) for i in instances])
         return 0
     _print_instances(instances, f"{len(instances)} instances")
-    _print_families(args.op, {i.family for i in instances})
+    per_problem = [f for f in per_problem_families(args.op, args.layout, args.dtype, args.ndim)
+                   if args.family in (None, f)]
+    _print_families(args.op, {i.family for i in instances} | set(per_problem))
+    if per_problem:
+        console.print(f"{', '.join(per_problem)}: (also) make instances per problem, with its filter, stride and "
+                      "dilation compiled in; pass --problem to list them", markup=False, highlight=False)
     return 0
 
 

@@ -560,3 +560,12 @@ def test_script_db_stats_on_a_text_file(script_env, tmp_path):
     line = one_error_line(result.stderr)
     assert str(bogus) in line and "not an SQLite database" in line
 
+
+
+def test_list_of_a_cell_names_the_families_that_make_instances_per_problem(capsys):
+    code, out, _ = run(capsys, "list", "--op", "conv_bwd_data", "--layout", "NGCHW", "--dtype", "fp16", "--ndim", "2")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "dwr" in flat and "dws" in flat and "pass --problem to list them" in flat
+    code, out, _ = run(capsys, "list", "--op", "conv_bwd_data", "--layout", "NHWGC", "--dtype", "fp16", "--ndim", "3")
+    assert "dws" not in " ".join(out.split())  # dws has no 3-D or NHWGC cells

@@ -75,6 +75,16 @@ def _reps(text: str) -> int:
     return reps
 
 
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budget {text!r} is not a whole number of candidates") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"budget {value} must be at least 1 candidate")
+    return value
+
+
 def _out_dir(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("--out must name a directory (got an empty string)")
@@ -272,7 +282,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     backend = _backend()  # before the DB: a machine without a GPU leaves no new DB file behind
     db = _open_db(args)
     with _progress() as bar:
-        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **_tune_hooks(bar), fresh=args.fresh)
+        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **_tune_hooks(bar), fresh=args.fresh,
+                               budget=args.budget)
     if not any(m.verified for m in outcome.measurements):
         # The stored winner (if any) is not this run's outcome: --fresh decided from new times only.
         outcome = dataclasses.replace(outcome, winner=None)
@@ -511,6 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS}; >= 20 recommended)")
             p.add_argument("--fresh", action="store_true",
                            help="measure every candidate again (default: continue, keeping this device's earlier measurements)")
+            p.add_argument("--budget", type=_budget, default=None, metavar="K",
+                           help="measure only the K candidates the prior ranks first (a later tune without it measures the rest)")
         p.set_defaults(func=func)
 
     db = sub.add_parser("db", help="tuning DB maintenance")

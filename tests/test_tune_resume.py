@@ -243,3 +243,29 @@ def test_the_bench_finishes_a_cut_off_tune_before_serving_its_winner(tmp_path):
         gpu.timed.clear()
         assert tuned_kernel(PROBLEM, gpu, db, stage).instance.name == kernel.instance.name
         assert gpu.timed == []
+
+
+def test_a_budget_measures_the_prior_s_first_candidates_and_a_full_tune_the_rest(tmp_path):
+    from factory.api import rank_candidates
+
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    ranked = [c.name for c in rank_candidates(PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]
+    assert sorted(ranked) == sorted(NAMES)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        outcome = api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=5)
+        assert sorted(m.instance for m in outcome.measurements) == sorted(ranked[:5])
+        assert sorted(gpu.timed) == sorted(set(ranked[:5]) - WRONG)
+        gpu.timed.clear()
+        full = api.tune_problem(PROBLEM, gpu, db, SETTINGS)
+        assert full.reused == 5 and sorted(gpu.timed) == sorted(set(ranked[5:]) - WRONG)
+        with pytest.raises(ValueError, match="at least 1"):
+            api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=0)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "five"])
+def test_a_bad_budget_is_a_one_line_error(capsys, text):
+    with pytest.raises(SystemExit) as exit_:  # argparse errors exit through SystemExit
+        cli.main(["tune", "--layout", "NHWGC", "--dtype", "fp16", "--problem", SPEC, "--budget", text])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "budget" in err[0]

@@ -1,0 +1,57 @@
+"""Regret of `kfactory tune --budget K`, measured on a tuning DB whose problems were tuned in full.
+
+Every candidate of every problem was timed there, so the best of the K candidates the prior ranks first
+(factory.api.rank_candidates, among those the DB measured) is known without the GPU: regret = that time /
+the best stored time. A problem none of whose first K candidates verified counts as missing.
+
+    python scripts/budget_regret.py bench/.../rand.db [--budgets 1,2,4,8,16,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from factory.api import rank_candidates
+from factory.device import target_for
+from factory.selector import lookup, problem_from_key
+from tuning_db import TuningDB
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("db")
+    parser.add_argument("--budgets", default="1,2,4,8,16,32")
+    args = parser.parse_args(argv)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    regrets: dict[int, list[float]] = {k: [] for k in budgets}
+    missing = {k: 0 for k in budgets}
+    sizes = []
+    with TuningDB(args.db) as db:
+        for winner in db.winners():
+            problem = problem_from_key(winner.problem_key)
+            target = target_for(winner.device)
+            measured = {m.instance: m for m, _, _ in db.measurements(winner.problem_key, winner.device)}
+            # Candidates the DB never measured (added to the catalog since) are left out of the ranking.
+            ranked = [c for c in rank_candidates(problem, lookup(problem, target=target), target) if c.name in measured]
+            times = {name: m.median_us for name, m in measured.items() if m.verified and m.median_us}
+            best = min(times.values())  # the best stored time (the winner, unless the DB lost a later row)
+            sizes.append(len(ranked))
+            for k in budgets:
+                top = [times[c.name] for c in ranked[:k] if c.name in times]
+                if top:
+                    regrets[k].append(min(top) / best)
+                else:
+                    missing[k] += 1
+    print(f"{len(sizes)} problems, {sorted(sizes)[len(sizes) // 2]} candidates each (median), {max(sizes)} at most")
+    for k in budgets:
+        v = regrets[k]
+        geomean = math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+        print(f"budget {k:3d}: geomean regret {geomean:.3f}, worst {max(v, default=float('nan')):.2f}, "
+              f"no verified candidate among them: {missing[k]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""kfactory: generate | list | tune | query | db | bench.
+"""kfactory: generate | list | tune | query | db | bench | enqueue | worker | jobs.
 
 One rule at the top: anything the user can cause (a bad argument, environment variable, path, file or
 DB) prints one line naming the culprit and exits 2; Ctrl-C exits 130 and leaves every file whole; only
@@ -391,7 +391,9 @@ def _refusal_record(r: Any) -> dict[str, Any]:
 def cmd_db(args: argparse.Namespace) -> int:
     if args.db_command == "verify":
         return cmd_db_verify(args)
-    db = _open_db(args, read_only=args.db_command != "import")
+    db = _open_db(args, read_only=args.db_command not in ("import", "upgrade"))
+    if args.db_command == "upgrade":
+        return _report_upgrade(db, args.json)
     if args.db_command == "stats":
         stats = db.stats()
         data = stats.__dict__ if hasattr(stats, "__dict__") else dict(stats)
@@ -410,6 +412,25 @@ def cmd_db(args: argparse.Namespace) -> int:
     elif args.db_command == "import":
         report = db.import_json(args.file)
         console.print(f"imported {args.file}: {report}")
+    return 0
+
+
+def _report_upgrade(db: Any, as_json: bool) -> int:
+    """What opening the DB for writing did to its schema (Alembic migrations run on open)."""
+    from tuning_db.schema import HEAD_REVISION
+
+    opened = db.opened
+    if as_json:
+        _emit_json({"db": db.location, "found": opened.found, "version": opened.version, "revision": HEAD_REVISION,
+                    "created": opened.found is None, "upgraded": opened.upgraded})
+        return 0
+    if opened.found is None:
+        line = f"{db.location}: created at schema version {opened.version} (revision {HEAD_REVISION})"
+    elif opened.upgraded:
+        line = f"{db.location}: upgraded from schema version {opened.found} to {opened.version} (revision {HEAD_REVISION})"
+    else:
+        line = f"{db.location}: already at schema version {opened.version} (revision {HEAD_REVISION})"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -507,6 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp = dbsub.add_parser("import", help="merge a JSON export, keeping the faster verified winner")
     imp.add_argument("file")
     _add_db(imp)
+    upg = dbsub.add_parser("upgrade", help="bring the DB to this kernel-factory's schema (Alembic migrations, "
+                                           "in place; any writing command also does on open)")
+    upg.add_argument("--json", action="store_true")
+    _add_db(upg)
     ver = dbsub.add_parser("verify", help="re-time stored winners on this GPU; re-tune those that got slower or fail")
     ver.add_argument("--op", type=_enum_arg(_implemented_op), help="only winners of this op")
     ver.add_argument("--threshold", type=float, default=1.25,

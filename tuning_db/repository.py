@@ -19,6 +19,7 @@ from .changes import ChangeProbe
 from .devices import find_device_id, mismatches, to_device_info
 from .engine import EngineHandle
 from .errors import CorruptDatabaseError, TuningDBError
+from .jobs import JobQueue
 from .merge import import_document, snapshot
 from .models import DeviceRow, MeasurementRow, WinnerRow
 from .paths import as_db_url, default_db_url, describe_location
@@ -69,6 +70,11 @@ class TuningDB:
     def close(self) -> None:
         self._handle.dispose()
         self._probe.close()
+
+    @property
+    def jobs(self) -> JobQueue:
+        """The tuning jobs kept in this database (a fleet of workers claims them)."""
+        return JobQueue(self._write, self._read, self.location)
 
     def change_token(self) -> Hashable | None:
         """Equal tokens mean nothing was committed in between (by any process); None: cannot tell.

@@ -217,8 +217,8 @@ def claim_all(url: str, worker: int, start: Any, results: Any) -> None:
     claimed: list[int] = []
     error = None
     try:
-        start.wait()
         with TuningDB(url) as db:
+            start.wait()  # every process has its database open: they start claiming together
             while (lease := db.jobs.claim(DEVICE, f"w{worker}", 60)) is not None:
                 claimed.append(lease.job.id)
                 db.jobs.complete(lease, DEVICE, [], {}, None, datetime.now(timezone.utc))

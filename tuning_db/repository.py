@@ -30,8 +30,8 @@ from .transfer import read_document, write_document
 
 T = TypeVar("T")
 
-# A concurrent first insert on a server database can violate a unique constraint; rerunning the
-# whole short transaction then sees the other writer's row.
+# A concurrent first insert on a server database can violate a unique constraint, and a server may
+# pick a transaction as a deadlock victim; rerunning the whole short transaction then succeeds.
 _WRITE_ATTEMPTS = 3
 
 
@@ -212,6 +212,9 @@ class TuningDB:
             except IntegrityError:
                 if attempt == _WRITE_ATTEMPTS - 1:
                     raise
+            except TuningDBError as exc:
+                if attempt == _WRITE_ATTEMPTS - 1 or not _transient(exc.__cause__):
+                    raise
         raise AssertionError("unreachable")
 
     @contextmanager
@@ -224,6 +227,16 @@ class TuningDB:
         except (DBAPIError, sqlite3.DatabaseError) as exc:
             detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise TuningDBError(f"{self.location}: {detail}") from exc
+
+
+# SQLSTATEs of a server transaction that lost a race and may simply run again: a deadlock victim,
+# a serialization failure.
+_TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def _transient(exc: BaseException | None) -> bool:
+    orig = getattr(exc, "orig", None)
+    return getattr(orig, "sqlstate", None) in _TRANSIENT_SQLSTATES or getattr(orig, "pgcode", None) in _TRANSIENT_SQLSTATES
 
 
 def _utcnow() -> datetime:

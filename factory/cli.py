@@ -569,11 +569,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from .fleet.gpus import parse_gpus, visible
     from .fleet.supervisor import FleetSettings, run_fleet
 
-    url = _db_url(args)
-    TuningDB(url).close()  # a bad URL, an unreachable server or a foreign file is one line here; upgrades once
     gpus = tuple(parse_gpus(args.gpus))
     for gpu in gpus:
         visible(gpu)  # a GPU this process cannot see is refused before anything starts
+    url = _db_url(args)
+    TuningDB(url).close()  # a bad URL, an unreachable server or a foreign file is one line here; upgrades once
     settings = FleetSettings(url, gpus, args.lease, args.poll, args.reps, args.drain)
     return run_fleet(settings, lambda line: console.print(f"kfactory worker: {line}", markup=False, highlight=False,
                                                           soft_wrap=True))

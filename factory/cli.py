@@ -583,6 +583,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     from .fleet import view
 
     db = _open_db(args)
+    # A table piped to a file or a log stays one line per row (rich assumes 80 columns there).
+    out = console if sys.stdout.isatty() else Console(width=200)
     if args.devices:
         devices = db.jobs.devices()
         if args.json:
@@ -594,15 +596,15 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             table.add_column(col)
         for i, d in devices:
             table.add_row(str(i), d.backend.value, d.arch, d.name, str(d.sm_count), d.driver_version, d.compiler_version)
-        console.print(table)
+        out.print(table)
         return 0
     if args.json:
         _emit_json(view.status_record(db.jobs.status(), db.location))
         return 0
     if args.watch:
-        view.watch(console, db, args.interval)
+        view.watch(out, db, args.interval)
         return 0
-    view.show(console, db.jobs.status(), db.location)
+    view.show(out, db.jobs.status(), db.location)
     return 0
 
 

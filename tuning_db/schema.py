@@ -100,7 +100,8 @@ def open_schema(handle: EngineHandle, location: str) -> Opened:
             state = _stored_state(conn, location)
         found = None if state is None else state.version
         if state is None:
-            state = _create(handle.writer(), location)
+            state, created = _create(handle.writer(), location)
+            found = None if created else state.version  # another process created it meanwhile
         _check_supported(state, location)
         if not state.current:
             if is_read_only(handle.url):
@@ -243,8 +244,9 @@ def _schema_lock(conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _POSTGRES_SCHEMA_LOCK})
 
 
-def _create(engine: Engine, location: str) -> SchemaState:
-    """Create the tables and stamp them at the head revision, in one transaction under the schema lock.
+def _create(engine: Engine, location: str) -> tuple[SchemaState, bool]:
+    """Create the tables and stamp them at the head revision, in one transaction under the schema lock;
+    the state and whether this call created them.
 
     Re-checked inside, so processes opening a fresh database together agree on one creation.
     """
@@ -252,13 +254,13 @@ def _create(engine: Engine, location: str) -> SchemaState:
         _schema_lock(conn)
         state = _stored_state(conn, location)
         if state is not None:
-            return state
+            return state, False
         Base.metadata.create_all(conn)
         conn.execute(MetaRow.__table__.insert().values(key=SCHEMA_VERSION_KEY, value=str(SCHEMA_VERSION)))
         VERSION_TABLE.create(conn, checkfirst=True)
         conn.execute(VERSION_TABLE.delete())
         conn.execute(VERSION_TABLE.insert().values(version_num=HEAD_REVISION))
-    return SchemaState(SCHEMA_VERSION, HEAD_REVISION)
+    return SchemaState(SCHEMA_VERSION, HEAD_REVISION), True
 
 
 def _upgrade(engine: Engine, location: str) -> SchemaState:

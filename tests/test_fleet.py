@@ -370,3 +370,28 @@ def test_enqueue_reads_suites_random_draws_and_problem_lines(capsys, tmp_path: P
     lines.write_text("--layout NHWGC --dtype fp32 --problem N=1,G=8\n")
     assert cli.main(["enqueue", "--db", db, "--problems", str(lines)]) == 2
     assert f"{lines}:1:" in capsys.readouterr().err
+
+
+def test_enqueue_for_every_registered_device_or_named_ones(capsys, tmp_path: Path, monkeypatch) -> None:
+    """A machine without a GPU fills the queue of the devices the workers registered."""
+    import dataclasses
+
+    from factory.backends import BackendError
+
+    class NoGpu(FleetGPU):
+        def device(self) -> Any:
+            raise BackendError("no usable GPU runtime")
+
+    monkeypatch.setattr(fleet_gpus, "gpu_source", lambda: NoGpu())
+    db = str(tmp_path / "t.db")
+    other = dataclasses.replace(DEVICE, driver_version="13010")
+    with TuningDB(db) as opened:
+        first, second = opened.jobs.register(DEVICE), opened.jobs.register(other)
+    path = problem_file(tmp_path / "p.txt", 3)
+    assert cli.main(["enqueue", "--db", db, "--problems", str(path), "--device", str(second), "--json"]) == 0
+    assert [d["id"] for d in json.loads(capsys.readouterr().out)["devices"]] == [second]
+    assert cli.main(["enqueue", "--db", db, "--problems", str(path), "--device", "all", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(d["id"], d["added"], d["present"]) for d in report["devices"]] == [(first, 3, 0), (second, 0, 3)]
+    with TuningDB(db) as opened:
+        assert [j.device for j in opened.jobs.jobs()].count(other) == 3

@@ -39,7 +39,7 @@ from tuning_db import DEFAULT_DB_ENV, Measurement, TuningDB, Winner
 
 __all__ = [
     "ConvProblem", "DType", "Layout", "Op", "SelectMode", "Kernel", "TensorMismatch", "TuneOutcome",
-    "lookup", "explain", "select", "tune_problem", "NotTuned", "UnsupportedProblem",
+    "lookup", "explain", "select", "tune_problem", "candidate_code", "NotTuned", "UnsupportedProblem",
 ]
 
 
@@ -54,6 +54,12 @@ class TuneOutcome:
     reused: int = 0  # candidates not measured again because this device already has their measurement
 
 
+# How a deferred tune stores its results: finish(measurements, eligible, since) -> the winner.
+# `measurements` are this run's, stamped with the code they timed; `eligible` maps each candidate to
+# its current source hash; `since` is the fresh run's start (None: earlier measurements count).
+Finish = Callable[[list[Measurement], Mapping[str, str], datetime | None], Winner | None]
+
+
 def tune_problem(
     problem: Any,
     backend: Backend | None = None,
@@ -64,6 +70,7 @@ def tune_problem(
     fresh: bool = False,
     on_resume: Callable[[int, int], None] | None = None,
     budget: int | None = None,
+    finish: Finish | None = None,
 ) -> TuneOutcome:
     """Measure every applicable instance on this GPU, storing each measurement as it is taken.
 
@@ -74,13 +81,15 @@ def tune_problem(
     re-measures everything and decides the winner from this run's times only. `budget` measures only
     the `budget` candidates the op's prior ranks first (`rank_candidates`); a later tune without it
     measures the rest.
+
+    With `finish`, nothing is stored while measuring: finish(measurements, eligible, since) stores
+    them and decides the winner at the end, in one transaction of the caller's (a fleet worker's,
+    which also marks its job done, only while it still holds the job's lease).
     """
     backend = backend or get_backend()
     db = db or default_db()
     device = backend.device_info()
-    candidates = lookup(problem, target=target_for(device))
-    if not candidates:
-        raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
+    candidates = _candidates(problem, device)
     if budget is not None:
         if budget < 1:
             raise ValueError(f"budget {budget} must be at least 1 candidate")
@@ -90,10 +99,13 @@ def tune_problem(
     stored = {} if fresh else _stored_measurements(db, problem, device, code)
     if stored and on_resume is not None:
         on_resume(len(stored), len(candidates))
-    measured = tune(problem, candidates, backend, settings, _storing(progress, db, problem, device, code),
-                    frozenset(stored))
-    winner = db.decide(problem.key, device, code, since)
-    latest = stored | {m.instance: _stamped(m, code) for m in measured}
+    hooks = progress if finish is not None else _storing(progress, db, problem, device, code)
+    measured = [_stamped(m, code) for m in tune(problem, candidates, backend, settings, hooks, frozenset(stored))]
+    if finish is not None:
+        winner = finish(measured, code, since)
+    else:
+        winner = db.decide(problem.key, device, code, since)
+    latest = stored | {m.instance: m for m in measured}
     return TuneOutcome([latest[c.name] for c in candidates if c.name in latest], winner, len(stored))
 
 
@@ -105,6 +117,21 @@ def rank_candidates(problem: Any, candidates: Sequence[Instance], target: Any) -
     2 % (worst 1.39x)."""
     solver = solver_for(problem.op)
     return sorted(candidates, key=lambda c: (-solver.heuristic_score(c.family, c.params, problem, target), c.name))
+
+
+def candidate_code(problem: Any, device: Any) -> dict[str, str]:
+    """Each instance that computes `problem` on `device` -> the source hash of its current code.
+
+    What a tune measures and keys its results by; a fleet job's source version is a digest of it.
+    """
+    return {c.name: hash_of(c) for c in _candidates(problem, device)}
+
+
+def _candidates(problem: Any, device: Any) -> list[Instance]:
+    candidates = lookup(problem, target=target_for(device))
+    if not candidates:
+        raise UnsupportedProblem(f"no instance applies to {problem.key}; `kfactory list --why` says why")
+    return candidates
 
 
 def _stored_measurements(db: TuningDB, problem: Any, device: Any, code: Mapping[str, str]) -> dict[str, Measurement]:

@@ -1,4 +1,4 @@
-"""kfactory: generate | list | tune | query | db | bench.
+"""kfactory: generate | list | tune | query | db | bench | enqueue | worker | jobs.
 
 One rule at the top: anything the user can cause (a bad argument, environment variable, path, file or
 DB) prints one line naming the culprit and exits 2; Ctrl-C exits 130 and leaves every file whole; only
@@ -419,7 +419,9 @@ def _refusal_record(r: Any) -> dict[str, Any]:
 def cmd_db(args: argparse.Namespace) -> int:
     if args.db_command == "verify":
         return cmd_db_verify(args)
-    db = _open_db(args, read_only=args.db_command != "import")
+    db = _open_db(args, read_only=args.db_command not in ("import", "upgrade"))
+    if args.db_command == "upgrade":
+        return _report_upgrade(db, args.json)
     if args.db_command == "stats":
         stats = db.stats()
         data = stats.__dict__ if hasattr(stats, "__dict__") else dict(stats)
@@ -438,6 +440,25 @@ def cmd_db(args: argparse.Namespace) -> int:
     elif args.db_command == "import":
         report = db.import_json(args.file)
         console.print(f"imported {args.file}: {report}")
+    return 0
+
+
+def _report_upgrade(db: Any, as_json: bool) -> int:
+    """What opening the DB for writing did to its schema (Alembic migrations run on open)."""
+    from tuning_db.schema import HEAD_REVISION
+
+    opened = db.opened
+    if as_json:
+        _emit_json({"db": db.location, "found": opened.found, "version": opened.version, "revision": HEAD_REVISION,
+                    "created": opened.found is None, "upgraded": opened.upgraded})
+        return 0
+    if opened.found is None:
+        line = f"{db.location}: created at schema version {opened.version} (revision {HEAD_REVISION})"
+    elif opened.upgraded:
+        line = f"{db.location}: upgraded from schema version {opened.found} to {opened.version} (revision {HEAD_REVISION})"
+    else:
+        line = f"{db.location}: already at schema version {opened.version} (revision {HEAD_REVISION})"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -480,6 +501,193 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
     counts = collections.Counter(r.action.value for r in results)
     console.print(", ".join(f"{n} {action.replace('_', ' ')}" for action, n in sorted(counts.items())))
     return 1 if failed else 0
+
+
+# --- fleet: enqueue | worker | jobs -------------------------------------------------------------
+def _positive(name: str, convert: Callable[[str], Any], minimum: float) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number (got {text!r})") from None
+        if not value >= minimum or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number >= {minimum:g} (got {text})")
+        return value
+
+    return parse
+
+
+def _db_url(args: argparse.Namespace) -> str:
+    from tuning_db.paths import as_db_url, default_db_url
+
+    return as_db_url(args.db) if args.db is not None else default_db_url()
+
+
+def _fleet_devices(args: argparse.Namespace, db: Any) -> list[tuple[int, Any]]:
+    """--device: `local` (this machine's GPU), `all` (every device the DB knows) or device ids."""
+    choice = args.device.strip().lower()
+    if choice == "local":
+        return [(db.jobs.register(args.local_device), args.local_device)]
+    known = dict(db.jobs.devices())
+    if choice == "all":
+        if not known:
+            raise UsageError("--device all: the DB knows no device yet; start the workers first (each registers "
+                             "its GPU) or enqueue on a GPU machine with --device local")
+        return sorted(known.items())
+    try:
+        ids = [int(part) for part in choice.split(",")]
+    except ValueError:
+        raise UsageError(f"--device must be local, all or device ids like 1,3 (got {args.device!r})") from None
+    missing = [i for i in ids if i not in known]
+    if missing:
+        listed = ", ".join(f"#{i} {d.name}" for i, d in sorted(known.items())) or "none"
+        raise UsageError(f"--device: no device #{', #'.join(map(str, missing))} in the DB; known: {listed} "
+                         "(kfactory jobs --devices)")
+    return [(i, known[i]) for i in dict.fromkeys(ids)]
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    from .fleet import problems as fleet_problems
+    from .fleet.gpus import gpu_source
+
+    if args.random is not None:
+        if args.seed is None:
+            raise UsageError("--random needs --seed S (the same seed, N and --ops draw the same problems)")
+        problems = fleet_problems.random_problems(args.random, args.seed, args.ops, args.dtypes)
+    elif args.problems is not None:
+        problems = fleet_problems.file_problems(args.problems, args.op, args.layout, args.dtype)
+    else:
+        problems = fleet_problems.suite_problems(args.suite, args.ops, args.dtypes, args.cases)
+    args.local_device = None
+    if args.device.strip().lower() == "local":
+        try:  # before the DB: a machine without a GPU leaves no new DB file behind
+            args.local_device = gpu_source().device()
+        except BackendError as exc:
+            raise UsageError(f"--device local needs a GPU on this machine ({one_line(str(exc))}); enqueue for "
+                             "devices the workers registered with --device all or --device ID") from None
+    db = _open_db(args)
+    devices = _fleet_devices(args, db)
+    report: dict[str, Any] = {"db": db.location, "problems": len(problems), "added": 0, "present": 0, "devices": [],
+                              "unservable": []}
+    for device_id, device in devices:
+        plan = fleet_problems.plan(problems, device)
+        added = db.jobs.enqueue(plan.specs, args.max_attempts)
+        report["added"] += added.added
+        report["present"] += added.present
+        report["devices"].append({"id": device_id, "name": device.name, "arch": device.arch, "added": added.added,
+                                  "present": added.present, "unservable": len(plan.unservable)})
+        report["unservable"] += [{"device": device_id, "problem": key, "reason": why} for key, why in plan.unservable]
+    if args.json:
+        _emit_json(report)
+        return 0
+    for entry in report["devices"]:
+        left_out = f"; {entry['unservable']} left out: no instance computes them there" if entry["unservable"] else ""
+        console.print(f"device #{entry['id']} {entry['name']} ({entry['arch']}): {entry['added']} jobs added, "
+                      f"{entry['present']} already queued{left_out}", markup=False, highlight=False, soft_wrap=True)
+    for entry in report["unservable"][:10]:
+        console.print(f"  left out: {entry['problem']}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{report['added']} jobs added to {db.location} (max attempts {args.max_attempts}); "
+                  f"run them: kfactory worker --db URL --gpus all", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from tuning_db import TuningDB
+
+    from .fleet.gpus import parse_gpus, visible
+    from .fleet.supervisor import FleetSettings, run_fleet
+
+    gpus = tuple(parse_gpus(args.gpus))
+    for gpu in gpus:
+        visible(gpu)  # a GPU this process cannot see is refused before anything starts
+    url = _db_url(args)
+    TuningDB(url).close()  # a bad URL, an unreachable server or a foreign file is one line here; upgrades once
+    settings = FleetSettings(url, gpus, args.lease, args.poll, args.reps, args.drain)
+    return run_fleet(settings, lambda line: console.print(f"kfactory worker: {line}", markup=False, highlight=False,
+                                                          soft_wrap=True))
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from .fleet import view
+
+    db = _open_db(args)
+    # A table piped to a file or a log stays one line per row (rich assumes 80 columns there).
+    out = console if sys.stdout.isatty() else Console(width=200)
+    if args.devices:
+        devices = db.jobs.devices()
+        if args.json:
+            _emit_json([{"id": i, "backend": d.backend.value, "arch": d.arch, "name": d.name, "sm_count": d.sm_count,
+                         "driver": d.driver_version, "compiler": d.compiler_version} for i, d in devices])
+            return 0
+        table = Table(title=f"devices in {db.location}")
+        for col in ("id", "backend", "arch", "name", "SMs/CUs", "driver", "compiler"):
+            table.add_column(col)
+        for i, d in devices:
+            table.add_row(str(i), d.backend.value, d.arch, d.name, str(d.sm_count), d.driver_version, d.compiler_version)
+        out.print(table)
+        return 0
+    if args.json:
+        _emit_json(view.status_record(db.jobs.status(), db.location))
+        return 0
+    if args.watch:
+        view.watch(out, db, args.interval)
+        return 0
+    view.show(out, db.jobs.status(), db.location)
+    return 0
+
+
+def _add_fleet_parsers(sub: Any) -> None:
+    from tuning_db.jobs import DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
+
+    from .fleet.worker import DEFAULT_POLL_S
+
+    enq = sub.add_parser("enqueue", help="add tuning jobs to the DB: suite rows, a random draw or a file of problems",
+                         description="One job per problem and device, unique per problem, device identity and source "
+                                     "version: enqueueing again (from anywhere, at once) adds only what is new.")
+    source = enq.add_mutually_exclusive_group(required=True)
+    source.add_argument("--suite", nargs="?", const="", metavar="FILE",
+                        help="the rows of a suite TOML (default: the shipped bench/public_suite.toml)")
+    source.add_argument("--random", type=int, metavar="N", help="N problems per op, drawn as `bench --random` does (needs --seed)")
+    source.add_argument("--problems", metavar="FILE", help="one problem per line: `--problem SPEC` with optional "
+                        "--op/--layout/--dtype, or a bare SPEC; `-` reads standard input")
+    enq.add_argument("--seed", type=int, help="seed of --random's draw")
+    enq.add_argument("--ops", help="comma-separated op ids (--suite, --random)")
+    enq.add_argument("--dtypes", help="comma-separated dtypes (--suite, --random)")
+    enq.add_argument("--cases", help="comma-separated case names (--suite)")
+    _add_config(enq, required=False)
+    enq.add_argument("--device", default="local",
+                     help="whose jobs: local (this machine's GPU, the default), all (every device in the DB, e.g. "
+                          "those the workers registered) or device ids (kfactory jobs --devices)")
+    enq.add_argument("--max-attempts", type=_positive("--max-attempts", int, 1), default=DEFAULT_MAX_ATTEMPTS,
+                     help=f"attempts before a failing job stops (default {DEFAULT_MAX_ATTEMPTS})")
+    enq.add_argument("--json", action="store_true")
+    _add_db(enq)
+    enq.set_defaults(func=cmd_enqueue)
+
+    wrk = sub.add_parser("worker", help="tune the DB's jobs: one worker process per GPU",
+                         description="Each worker claims a job of its GPU's device under a lease, tunes it and "
+                                     "stores measurements, winner and job state in one transaction.")
+    wrk.add_argument("--gpus", default="all", help="all (the default) or device numbers, e.g. 0,1 (0,0: two "
+                     "workers share GPU 0); numbers count the GPUs this process sees")
+    wrk.add_argument("--lease", type=_positive("--lease", float, 1.0), default=DEFAULT_LEASE_S,
+                     help=f"seconds a claim holds without a heartbeat (default {DEFAULT_LEASE_S:g}; heartbeats "
+                          "every quarter of it): how soon another worker takes over a killed worker's job")
+    wrk.add_argument("--poll", type=_positive("--poll", float, 0.01), default=DEFAULT_POLL_S,
+                     help=f"seconds between looks at an empty queue (default {DEFAULT_POLL_S:g})")
+    wrk.add_argument("--reps", type=_reps, default=25, help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS})")
+    wrk.add_argument("--drain", action="store_true",
+                     help="exit once no job of the GPU's device is pending or running (default: wait for more)")
+    _add_db(wrk)
+    wrk.set_defaults(func=cmd_worker)
+
+    jobs = sub.add_parser("jobs", help="the job queue: pending, running (worker, since when), done, failed, ETA")
+    jobs.add_argument("--watch", action="store_true", help="redraw with a progress bar until no job is pending or running")
+    jobs.add_argument("--interval", type=_positive("--interval", float, 0.1), default=2.0,
+                      help="seconds between redraws (default 2)")
+    jobs.add_argument("--devices", action="store_true", help="list the DB's devices and their ids (enqueue --device)")
+    jobs.add_argument("--json", action="store_true")
+    _add_db(jobs)
+    jobs.set_defaults(func=cmd_jobs)
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -537,6 +745,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp = dbsub.add_parser("import", help="merge a JSON export, keeping the faster verified winner")
     imp.add_argument("file")
     _add_db(imp)
+    upg = dbsub.add_parser("upgrade", help="bring the DB to this kernel-factory's schema (Alembic migrations, "
+                                           "in place; any writing command also does on open)")
+    upg.add_argument("--json", action="store_true")
+    _add_db(upg)
     ver = dbsub.add_parser("verify", help="re-time stored winners on this GPU; re-tune those that got slower or fail")
     ver.add_argument("--op", type=_enum_arg(_implemented_op), help="only winners of this op")
     ver.add_argument("--threshold", type=float, default=1.25,
@@ -547,6 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.set_defaults(func=cmd_db)
 
     add_bench_parser(sub)
+    _add_fleet_parsers(sub)
     return parser
 
 

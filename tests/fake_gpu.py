@@ -9,6 +9,7 @@ compile cache with one that only hashes the source, so no NVRTC runs.
 
 As a script (`python tests/fake_gpu.py --db FILE --problem SPEC ...`) it runs api.tune_problem on a
 FakeGPU and prints `stage NAME TOTAL`, `resume N M` and finally one JSON line, for kill tests.
+FleetGPU puts fleet workers (`kfactory worker`) on FakeGPUs.
 """
 
 from __future__ import annotations
@@ -207,6 +208,39 @@ class FakeGPU:
 
     def event_destroy(self, event: int) -> None:
         pass
+
+
+class FleetGPU:
+    """The GPU of a fleet worker process, faked: `KFACTORY_FLEET_GPU=fake_gpu:FleetGPU` with tests/ on
+    PYTHONPATH (factory.fleet.gpus). Each job's problem gets a FakeGPU of its own, compiled with the fake
+    compiler (installed on the first backend; pass monkeypatch.setattr in-process); $KFACTORY_FAKE_DELAY
+    is the seconds per candidate, $KFACTORY_FAKE_GPUS what `--gpus all` finds, and a problem whose key
+    contains $KFACTORY_FAKE_FAIL fails every attempt with a launch error."""
+
+    def __init__(self, setattr: Callable[[Any, str, Any], None] = setattr) -> None:
+        self._setattr = setattr
+        self._installed = False
+        self.delay_s = float(os.environ.get("KFACTORY_FAKE_DELAY", "0"))
+        self.fail = os.environ.get("KFACTORY_FAKE_FAIL", "")
+
+    def device(self) -> DeviceInfo:
+        return DEVICE
+
+    def backend(self, problem: Any) -> FakeGPU:
+        from factory.backends import BackendError
+
+        if not self._installed:
+            import warnings
+
+            install_fake_compiler(self._setattr)
+            warnings.filterwarnings("ignore", ".*cannot be rebuilt in a worker process", RuntimeWarning)
+            self._installed = True
+        if self.fail and self.fail in problem.key:
+            raise BackendError(f"launch: simulated failure of {problem.key}")
+        return FakeGPU(problem, delay_s=self.delay_s)
+
+    def count(self) -> int:
+        return int(os.environ.get("KFACTORY_FAKE_GPUS", "2"))
 
 
 def _storage(values: np.ndarray, scalar: Any) -> bytes:

@@ -1,4 +1,4 @@
-"""Engine construction: SQLite tuned for several processes writing one file, and fork safety."""
+"""Engine construction: SQLite tuned for several processes writing one file, server connect limits, fork safety."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10  # a database server that does not answer by then is reported as unreachable
 
 # Execution option read by the SQLite "begin" hook; writers ask for IMMEDIATE so a
 # read-compare-write holds the write lock from its first read.
@@ -28,7 +29,10 @@ def is_sqlite(url: str) -> bool:
 def create_db_engine(url: str) -> Engine:
     """An engine for `url`; SQLite connections get a busy timeout, foreign keys and explicit BEGIN."""
     if not is_sqlite(url):
-        return create_engine(url, pool_pre_ping=True)
+        parsed = make_url(url)
+        # An unreachable server is a one-line error after a while, not a hang.
+        connect_args = {"connect_timeout": CONNECT_TIMEOUT_S} if parsed.get_backend_name() == "postgresql" else {}
+        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)

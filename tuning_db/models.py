@@ -1,4 +1,9 @@
-"""ORM tables of the tuning database; bump SCHEMA_VERSION whenever their shape changes."""
+"""ORM tables of the tuning database.
+
+A change to their shape is a new Alembic revision in tuning_db/migrations/versions/ (revision
+"000N" for schema version N) and SCHEMA_VERSION bumped to N; tests/test_migrations.py checks that
+the revisions build exactly these tables.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +25,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-# 2: measurements carry the source hash of the code they timed (results are keyed by code).
-SCHEMA_VERSION = 2
+# 1: devices, measurements, winners. 2: measurements carry the source hash of the code they timed
+# (results are keyed by code). 3: tuning jobs for a fleet of workers.
+SCHEMA_VERSION = 3
 SCHEMA_VERSION_KEY = "schema_version"
 
 # A sha256 hex digest of an instance's rendered source.
@@ -126,6 +132,42 @@ class WinnerRow(Base):
 
     device: Mapped[DeviceRow] = relationship(lazy="joined", innerjoin=True)
     measurement: Mapped[MeasurementRow] = relationship(lazy="joined", innerjoin=True)
+
+
+class JobRow(Base):
+    """A tuning job: tune one problem on one device identity at one source version, held by a lease.
+
+    State, lease and attempts change only through tuning_db.jobs; every lease time is the database
+    server's clock, so workers on machines whose clocks disagree judge leases alike.
+    """
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("problem_key", "device_id", "source_version", name="uq_jobs_problem_device_source"),
+        Index("ix_jobs_device_state", "device_id", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    problem_key: Mapped[str] = mapped_column(String(PROBLEM_KEY_LENGTH))
+    op: Mapped[str] = mapped_column(String(64))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    # sha256 over the (instance, source hash) pairs of the problem's candidates on that device.
+    source_version: Mapped[str] = mapped_column(String(SOURCE_HASH_LENGTH))
+    state: Mapped[str] = mapped_column(String(16))  # a JobState value
+    attempts: Mapped[int] = mapped_column(Integer)  # claims so far, the current one included
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    owner: Mapped[str | None] = mapped_column(String(256))  # the worker holding the lease
+    lease_token: Mapped[str | None] = mapped_column(String(64))  # new on every claim
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    enqueued_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # the current (or last) claim
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)  # the last attempt's error
+    winner_instance: Mapped[str | None] = mapped_column(String(256))  # what the finished tune served
+    winner_us: Mapped[float | None] = mapped_column(Float)
+
+    device: Mapped[DeviceRow] = relationship(lazy="joined", innerjoin=True)
 
 
 TABLE_NAMES = frozenset(Base.metadata.tables)

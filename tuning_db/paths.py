@@ -73,6 +73,12 @@ def read_only_url(url: str) -> str:
     return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
 
 
+def is_read_only(url: str) -> bool:
+    """Whether `url` opens an SQLite file read-only (as `read_only_url` makes it)."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.query.get("mode") == "ro"
+
+
 def check_url(url: str) -> None:
     """Raise DatabaseURLError unless SQLAlchemy knows the URL's scheme and its driver is installed."""
     scheme = url.split("://", 1)[0]

@@ -122,3 +122,99 @@ class ImportReport:
     winners_added: int
     winners_replaced: int
     winners_kept: int
+
+
+class JobState(enum.Enum):
+    """Where a tuning job stands; the only transitions are the JobQueue's."""
+
+    PENDING = "pending"  # waiting for a worker (new, re-queued after a failure, or released)
+    RUNNING = "running"  # claimed; held by its owner's lease while heartbeats renew it
+    DONE = "done"  # tuned: measurements and winner committed with this state
+    FAILED = "failed"  # max_attempts used up (or a failure retrying cannot fix); `error` says why
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to tune: a problem on one device identity, at one source version of its candidates."""
+
+    problem_key: str
+    op: str
+    device: DeviceInfo
+    source_version: str  # sha256 over the (instance, source hash) pairs of the candidates on that device
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored tuning job; times are the database server's (UTC)."""
+
+    id: int
+    problem_key: str
+    op: str
+    device_id: int
+    device: DeviceInfo
+    source_version: str
+    state: JobState
+    attempts: int  # claims so far, the current one included
+    max_attempts: int
+    owner: str | None  # the worker holding (or that last held) the lease
+    enqueued_at: datetime
+    started_at: datetime | None  # the current (or last) claim
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+    error: str | None  # the last failed attempt's error
+    winner_instance: str | None  # set when done with a verified winner
+    winner_us: float | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's hold on a claimed job: valid while the job's owner and token are these."""
+
+    job: Job
+    owner: str
+    token: str
+    seconds: float  # how long each renewal holds it
+
+
+@dataclass(frozen=True)
+class EnqueueReport:
+    """What an enqueue changed: jobs added, and those already queued (same problem, device, source)."""
+
+    added: int
+    present: int
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """The queue at one moment of the server's clock, for `kfactory jobs`."""
+
+    now: datetime
+    counts: dict[JobState, int]
+    running: tuple[Job, ...]  # oldest claim first
+    failed: tuple[Job, ...]  # most recent first
+    finished_recently: int  # jobs done or failed within `window_s` before `now`
+    window_s: float  # the span those finished in (at most the throughput window, at least 1 s)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def remaining(self) -> int:
+        return self.counts.get(JobState.PENDING, 0) + self.counts.get(JobState.RUNNING, 0)
+
+    @property
+    def per_minute(self) -> float | None:
+        """Jobs finished per minute over the recent window; None before any finished."""
+        if self.finished_recently == 0:
+            return None
+        return self.finished_recently * 60.0 / self.window_s
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds until the pending and running jobs are through at the recent rate."""
+        rate = self.per_minute
+        if rate is None:
+            return None
+        return self.remaining * 60.0 / rate

@@ -14,23 +14,24 @@ from sqlalchemy.orm import Session
 
 from factory.backends.base import DeviceInfo
 
+from . import recording
 from .changes import ChangeProbe
-from .devices import ensure_device_id, find_device_id, mismatches, to_device_info
+from .devices import find_device_id, mismatches, to_device_info
 from .engine import EngineHandle
 from .errors import CorruptDatabaseError, TuningDBError
+from .jobs import JobQueue
 from .merge import import_document, snapshot
 from .models import DeviceRow, MeasurementRow, WinnerRow
 from .paths import as_db_url, default_db_url, describe_location
 from .records import DbStats, ImportReport, Measurement, RefusedWinner, Winner, WinnerLookup
-from .rows import measurement_row, to_measurement, to_winner
+from .rows import to_measurement, to_winner
 from .schema import integrity_ok, open_schema
 from .transfer import read_document, write_document
-from .winners import current, fastest, offer, settle
 
 T = TypeVar("T")
 
-# A concurrent first insert on a server database can violate a unique constraint; rerunning the
-# whole short transaction then sees the other writer's row.
+# A concurrent first insert on a server database can violate a unique constraint, and a server may
+# pick a transaction as a deadlock victim; rerunning the whole short transaction then succeeds.
 _WRITE_ATTEMPTS = 3
 
 
@@ -43,11 +44,15 @@ class TuningDB:
         self._handle = EngineHandle(self.url)
         self._probe = ChangeProbe(self.url)
         try:
-            self.schema_version = open_schema(self._handle, self.location)
+            self.opened = open_schema(self._handle, self.location)
         except BaseException:
             # Release the file now; a refused database must not stay open until garbage collection.
             self._handle.dispose()
             raise
+
+    @property
+    def schema_version(self) -> int:
+        return self.opened.version
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle as the URL: a child process must open its own connections.
@@ -66,6 +71,11 @@ class TuningDB:
         self._handle.dispose()
         self._probe.close()
 
+    @property
+    def jobs(self) -> JobQueue:
+        """The tuning jobs kept in this database (a fleet of workers claims them)."""
+        return JobQueue(self._write, self._read, self.location)
+
     def change_token(self) -> Hashable | None:
         """Equal tokens mean nothing was committed in between (by any process); None: cannot tell.
 
@@ -83,19 +93,7 @@ class TuningDB:
         Returns the winner after the call (which may be an older, faster one).
         """
         now = _utcnow()
-
-        def work(session: Session) -> Winner | None:
-            device_id, _ = ensure_device_id(session, device)
-            rows = [measurement_row(problem_key, op, device_id, m, now) for m in measurements]
-            session.add_all(rows)
-            session.flush()
-            best = fastest(rows)
-            if best is not None:
-                offer(session, best, now)
-            row = current(session, problem_key, device_id)
-            return None if row is None else to_winner(row)
-
-        return self._write(work)
+        return self._write(lambda session: recording.store(session, problem_key, op, device, measurements, now))
 
     def decide(
         self,
@@ -114,30 +112,7 @@ class TuningDB:
         transaction, like `record`.
         """
         now = _utcnow()
-
-        def current_code(row: MeasurementRow) -> bool:
-            return row.source_hash is not None and eligible.get(row.instance) == row.source_hash
-
-        def stands(row: MeasurementRow) -> bool:
-            return current_code(row) and (since is None or row.recorded_at >= since)
-
-        def work(session: Session) -> Winner | None:
-            device_id = find_device_id(session, device)
-            if device_id is None:
-                return None
-            query = select(MeasurementRow).where(
-                MeasurementRow.problem_key == problem_key,
-                MeasurementRow.device_id == device_id,
-                MeasurementRow.instance.in_(sorted(eligible)),
-            )
-            if since is not None:
-                query = query.where(MeasurementRow.recorded_at >= since)
-            rows = [row for row in session.execute(query).scalars() if current_code(row)]
-            settle(session, rows, now, stands)
-            row = current(session, problem_key, device_id)
-            return None if row is None else to_winner(row)
-
-        return self._write(work)
+        return self._write(lambda session: recording.decide(session, problem_key, device, eligible, since, now))
 
     def import_json(self, path: str | os.PathLike[str]) -> ImportReport:
         """Merge an export: add unseen measurements, keep the faster winner per (problem, device)."""
@@ -237,6 +212,9 @@ class TuningDB:
             except IntegrityError:
                 if attempt == _WRITE_ATTEMPTS - 1:
                     raise
+            except TuningDBError as exc:
+                if attempt == _WRITE_ATTEMPTS - 1 or not _transient(exc.__cause__):
+                    raise
         raise AssertionError("unreachable")
 
     @contextmanager
@@ -249,6 +227,16 @@ class TuningDB:
         except (DBAPIError, sqlite3.DatabaseError) as exc:
             detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise TuningDBError(f"{self.location}: {detail}") from exc
+
+
+# SQLSTATEs of a server transaction that lost a race and may simply run again: a deadlock victim,
+# a serialization failure.
+_TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def _transient(exc: BaseException | None) -> bool:
+    orig = getattr(exc, "orig", None)
+    return getattr(orig, "sqlstate", None) in _TRANSIENT_SQLSTATES or getattr(orig, "pgcode", None) in _TRANSIENT_SQLSTATES
 
 
 def _utcnow() -> datetime:

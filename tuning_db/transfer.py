@@ -88,11 +88,11 @@ def write_document(path: str | os.PathLike[str], document: TransferDocument) -> 
     target = Path(path)
     check_export_target(target)
     payload = json.dumps(_encode(document), indent=1, allow_nan=False)
+    tmp: str | None = None
+    # One protected region from the temp file's creation on: a Ctrl-C between creating it and entering
+    # a second `try` would leave it behind.
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise DatabaseFileError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(payload)
@@ -101,10 +101,12 @@ def write_document(path: str | os.PathLike[str], document: TransferDocument) -> 
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise DatabaseFileError(f"{target}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -34,8 +34,10 @@ def fastest(rows: Iterable[MeasurementRow]) -> MeasurementRow | None:
 def current(session: Session, problem_key: str, device_id: int, *, for_update: bool = False) -> WinnerRow | None:
     query = select(WinnerRow).where(WinnerRow.problem_key == problem_key, WinnerRow.device_id == device_id)
     if for_update:
-        # Row lock on server databases; SQLite already holds the write lock (BEGIN IMMEDIATE).
-        query = query.with_for_update()
+        # Row lock on server databases; SQLite already holds the write lock (BEGIN IMMEDIATE). Only the
+        # winner's row: the eagerly joined device and measurement rows stay unlocked, or writers of other
+        # problems on one device (which hold key-share locks on its row through their inserts) deadlock.
+        query = query.with_for_update(of=WinnerRow)
     return session.execute(query).unique().scalar_one_or_none()
 
 

@@ -55,6 +55,29 @@ def get_backend(kind: BackendKind | str | None = None, device: int = 0) -> Backe
     raise BackendError("no usable GPU runtime: " + "; ".join(errors))
 
 
+def device_count(kind: BackendKind | str | None = None) -> int:
+    """How many GPUs the runtime for `kind` sees (default: $KFACTORY_BACKEND, else the first that finds one)."""
+    if isinstance(kind, str):
+        kind = BackendKind(kind)
+    if kind is None and os.environ.get(BACKEND_ENV):
+        kind = BackendKind(os.environ[BACKEND_ENV])
+    errors = []
+    for k in [kind] if kind is not None else [BackendKind.CUDA, BackendKind.HIP]:
+        try:
+            if k is BackendKind.CUDA:
+                from .cuda import device_count as count
+            else:
+                from .hip import device_count as count
+            found = count()
+        except BackendError as exc:
+            errors.append(f"{k.value}: {exc}")
+            continue
+        if found > 0 or kind is not None:
+            return found
+        errors.append(f"{k.value}: no device")
+    raise BackendError("no usable GPU runtime: " + "; ".join(errors))
+
+
 def _construct(kind: BackendKind, device: int) -> Backend:
     if kind is BackendKind.CUDA:
         from .cuda import CudaBackend
@@ -74,5 +97,6 @@ __all__ = [
     "DeviceInfo",
     "compiler_for",
     "compiler_version",
+    "device_count",
     "get_backend",
 ]

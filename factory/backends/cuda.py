@@ -177,6 +177,18 @@ def _hot_path() -> _HotPath | None:
     return _HotPath(launch, memset)
 
 
+def device_count() -> int:
+    """CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); creates no context."""
+    driver = _driver()
+    try:
+        _check(driver.cuInit(0), "cuInit")
+    except BackendError:
+        raise
+    except RuntimeError as exc:  # cuda-python raises its own error when libcuda is not installed
+        raise BackendError(f"cuInit failed: {exc}") from None
+    return int(_check(driver.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
 class CudaBackend:
     """One device (ordinal `device`), its primary context (the one PyTorch and CuPy use)."""
 

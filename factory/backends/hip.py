@@ -178,6 +178,12 @@ def pack_frame(args: Sequence[KernelArg]) -> PreparedArgs:
     return prepared
 
 
+def device_count() -> int:
+    """HIP devices this process sees (after HIP_VISIBLE_DEVICES)."""
+    hip = _runtime()
+    return int(_call("hipGetDeviceCount", hip.hipGetDeviceCount))
+
+
 class HipBackend:
     """The Backend protocol on one AMD GPU through hip-python."""
 

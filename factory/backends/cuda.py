@@ -179,7 +179,11 @@ def _hot_path() -> _HotPath | None:
 
 def device_count() -> int:
     """CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); creates no context."""
-    driver = _driver()
+    return _initialised_count(_driver())
+
+
+def _initialised_count(driver: Any) -> int:
+    """cuInit, then the number of devices: a one-line BackendError when the driver is missing."""
     try:
         _check(driver.cuInit(0), "cuInit")
     except BackendError:
@@ -196,13 +200,7 @@ class CudaBackend:
 
     def __init__(self, device: int = 0) -> None:
         driver = _driver()
-        try:
-            _check(driver.cuInit(0), "cuInit")
-        except BackendError:
-            raise
-        except RuntimeError as exc:  # cuda-python raises its own error when libcuda is not installed
-            raise BackendError(f"cuInit failed: {exc}") from None
-        count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+        count = _initialised_count(driver)
         if device >= count:
             raise BackendError(f"CUDA device {device} requested, {count} present")
         self._driver = driver

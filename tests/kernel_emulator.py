@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,3 +245,18 @@ def check_instance(instance: Instance, problem: Any, seed: int = 0) -> Verdict:
     if clobbered:
         return Verdict(False, float("inf"), f"wrote outside its buffers: {', '.join(clobbered)}")
     return _judge(problem, specs, host, buffers)
+
+
+def pick_for_case(case_id: str, candidates: Iterable[Instance], what: str) -> Instance:
+    """Among `candidates`, the one a hash of the case id indexes: stable across runs and machines, and
+    spread over the catalog as cases are added."""
+    ordered = sorted(candidates, key=lambda i: i.name)
+    assert ordered, f"{case_id}: no {what}"
+    return ordered[zlib.crc32(case_id.encode()) % len(ordered)]
+
+
+def pick_and_prebuild(cases: Sequence[Any], pick: Any) -> dict[str, Instance]:
+    """Every case's instance (`pick(case)`), their libraries compiled in parallel up front."""
+    chosen = {case.id: pick(case) for case in cases}
+    prebuild([(chosen[c.id], c.problem) for c in cases])
+    return chosen

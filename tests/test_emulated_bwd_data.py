@@ -118,17 +118,15 @@ CASES = [
 
 def pick_instance(case: Case) -> Instance:
     target = TARGETS["gfx90a"] if case.family == "mfma" else TARGETS["sm_90a"]
-    candidates = sorted((i for i in lookup(case.problem, target=target)
-                         if i.family == case.family and (case.pick is None or case.pick(i.params))), key=lambda i: i.name)
-    assert candidates, f"{case.id}: no {case.family} instance computes {case.spec}"
-    return candidates[zlib.crc32(case.id.encode()) % len(candidates)]
+    return kernel_emulator.pick_for_case(
+        case.id, (i for i in lookup(case.problem, target=target)
+                  if i.family == case.family and (case.pick is None or case.pick(i.params))),
+        f"{case.family} instance computes {case.spec}")
 
 
 @pytest.fixture(scope="module")
 def picked() -> dict[str, Instance]:
-    chosen = {case.id: pick_instance(case) for case in CASES}
-    kernel_emulator.prebuild([(chosen[c.id], c.problem) for c in CASES])
-    return chosen
+    return kernel_emulator.pick_and_prebuild(CASES, pick_instance)
 
 
 def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:

@@ -161,22 +161,17 @@ FAMILY_TARGET = {"mfma": TARGETS["gfx90a"]}
 def pick_instance(case: Case) -> Instance:
     """The case's instance: among lookup's candidates of its family, reduction and property, the one a
     hash of the case name indexes (stable across runs and machines)."""
-    candidates = sorted(
-        (i for i in lookup(case.problem, target=FAMILY_TARGET.get(case.family, TARGETS["sm_90a"]))
-         if i.family == case.family and i.params.reduction is case.reduction
-         and (case.pick is None or case.pick(i.params))),
-        key=lambda i: i.name,
-    )
-    assert candidates, f"{case.id}: no {case.family}/{case.reduction.value} instance computes {case.spec}"
-    return candidates[zlib.crc32(case.id.encode()) % len(candidates)]
+    return kernel_emulator.pick_for_case(
+        case.id, (i for i in lookup(case.problem, target=FAMILY_TARGET.get(case.family, TARGETS["sm_90a"]))
+                  if i.family == case.family and i.params.reduction is case.reduction
+                  and (case.pick is None or case.pick(i.params))),
+        f"{case.family}/{case.reduction.value} instance computes {case.spec}")
 
 
 @pytest.fixture(scope="module")
 def picked() -> dict[str, Instance]:
     """Every case's instance, their libraries compiled in parallel up front."""
-    chosen = {case.id: pick_instance(case) for case in CASES}
-    kernel_emulator.prebuild([(chosen[c.id], c.problem) for c in CASES])
-    return chosen
+    return kernel_emulator.pick_and_prebuild(CASES, pick_instance)
 
 
 def test_cases_reach_every_family_reduction_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:

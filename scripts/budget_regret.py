@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from factory.api import rank_candidates
 from factory.device import target_for
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("db")
     parser.add_argument("--budgets", default="1,2,4,8,16,32")
     args = parser.parse_args(argv)
+    if not Path(args.db).is_file():  # opening a missing path would create an empty database there
+        print(f"{Path(sys.argv[0]).name}: {args.db}: no such tuning database", file=sys.stderr)
+        return 2
     budgets = [int(b) for b in args.budgets.split(",")]
     regrets: dict[int, list[float]] = {k: [] for k in budgets}
     missing = {k: 0 for k in budgets}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("db")
     parser.add_argument("--op")
     args = parser.parse_args(argv)
+    if not Path(args.db).is_file():  # opening a missing path would create an empty database there
+        print(f"{Path(sys.argv[0]).name}: {args.db}: no such tuning database", file=sys.stderr)
+        return 2
     with TuningDB(args.db) as db:
         rows = regrets(db, args.op)
     for r in rows:

@@ -172,6 +172,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     instances = [i for i in matching if i.why_not_on(args.target) is None]
     if not instances:
         extra = f" that run on {args.target.arch}" if matching else ""
+        # An op whose families only have template points (dwsep_conv_fwd) lists nothing without a problem.
+        per_problem = [] if problem is not None else [
+            f for f in per_problem_families(args.op, args.layout, args.dtype, args.ndim) if args.family in (None, f)]
+        if per_problem:
+            extra += f"; {', '.join(per_problem)} make instances per problem: pass --problem (with --layout and --dtype)"
         raise UsageError(f"no instances match those filters{extra}")
     out = Path(args.out)
     selection = outdir.Selection(args.op.value, args.layout.value if args.layout else None,

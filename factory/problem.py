@@ -196,7 +196,7 @@ _LAYOUT_ALIASES = _layout_aliases()
 
 
 # The ops whose problems are convolutions described by a ConvProblem.
-_CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.DWSEP_CONV_FWD)
+_CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA)
 
 
 # The ops whose kernels take an output epilogue (alpha, beta); the others take the defaults only.

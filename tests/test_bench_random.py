@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 from factory.bench import random_cases as rc
 from factory.bench.model import BenchError, Row, Status, Timing
 from factory.bench.random_cases import (
-    CONV_KINDS, DTYPES, LAYOUTS, MAX_CONV_MACS, MAX_TENSOR_BYTES, NORM_KINDS, draw, kind_of, parse_random_dtypes,
-    random_meta,
+    CONV_KINDS, DTYPES, DWSEP_KINDS, LAYOUTS, MAX_CONV_MACS, MAX_TENSOR_BYTES, NORM_KINDS, draw, draw_item, kind_of,
+    parse_random_dtypes, random_meta,
 )
 from factory.bench.report import print_table, problem_text
 from factory.bench.suite import OP_LAYOUTS
@@ -24,7 +24,7 @@ from factory.problem import DType, Layout, Op
 from factory.selector import lookup
 from test_bench import CEIL, ReferenceKernel, _env, _one_error, fixed_timer, kfactory  # noqa: F401 (fixture)
 
-CONV, GN, DATA = Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD, Op.CONV_BWD_DATA
+CONV, GN, DATA, DWSEP = Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD, Op.CONV_BWD_DATA, Op.DWSEP_CONV_FWD
 
 
 def _of(items, op):
@@ -53,10 +53,10 @@ def test_same_seed_draws_the_same_problems_and_another_seed_others():
 
 def test_fewer_problems_or_fewer_ops_draw_the_same_ones():
     full = draw(12, 3)
-    assert [i.case.op for i in full] == [CONV] * 12 + [GN] * 12 + [DATA] * 12
-    assert _keys(draw(5, 3)) == _keys(_of(full, CONV)[:5] + _of(full, GN)[:5] + _of(full, DATA)[:5])
+    assert [i.case.op for i in full] == [CONV] * 12 + [GN] * 12 + [DATA] * 12 + [DWSEP] * 12
+    assert _keys(draw(5, 3)) == _keys([i for op in (CONV, GN, DATA, DWSEP) for i in _of(full, op)[:5]])
     assert _keys(draw(12, 3, [GN])) == _keys(_of(full, GN))
-    assert _keys(draw(12, 3, [DATA, GN, CONV])) == _keys(full)  # ops in one fixed order, whatever --ops says
+    assert _keys(draw(12, 3, [DWSEP, DATA, GN, CONV])) == _keys(full)  # ops in one fixed order, whatever --ops says
     assert _keys(draw(12, 3, [CONV, GN])) == _keys(_of(full, CONV) + _of(full, GN))  # an op added later changes none
 
 
@@ -76,10 +76,18 @@ def test_draws_are_pinned():
         ("rand_s7_000_dense3d_k1x3x3s2", "conv_bwd_data:gnhwc:fp16:3d:N=16,G=1,C=120,K=149,input=8x10x10,"
                                          "filter=1x3x3,stride=1x2x2,pad=0x1x1,dilation=1x1x1"),
     ]
+    assert _keys(draw(2, 7, [DWSEP])) == [
+        ("rand_s7_000_mnv1_k3x3", "dwsep_conv_fwd:nhwgc:bf16:2d:N=64,C=64,K=16,input=39x39,filter=3x3,stride=1x1,"
+                                  "pad=1x1,dilation=1x1,act_dw=relu6,act_pw=relu6"),
+        ("rand_s7_001_mnv2_k3x3", "dwsep_conv_fwd:nhwgc:bf16:2d:N=64,C=840,K=120,input=53x23,filter=3x3,stride=1x1,"
+                                  "pad=1x1,dilation=1x1,act_dw=relu6"),
+    ]
 
 
 # --- every draw valid and within the caps ------------------------------------------------------------
 def _tensor_bytes(problem) -> int:
+    if problem.op is DWSEP:
+        return max(t.nbytes for t in SOLVERS[DWSEP].tensors(problem))
     if problem.op in (CONV, DATA):
         t, w = problem.dtype.tensor.nbytes, problem.dtype.weight.nbytes
         return max(math.prod(problem.input_shape_logical) * t, math.prod(problem.output_shape_logical) * t,
@@ -88,7 +96,7 @@ def _tensor_bytes(problem) -> int:
 
 
 def test_every_draw_is_a_valid_problem_within_the_caps(many):
-    assert len(_of(many, CONV)) == len(_of(many, GN)) == len(_of(many, DATA)) == 500
+    assert len(_of(many, CONV)) == len(_of(many, GN)) == len(_of(many, DATA)) == len(_of(many, DWSEP)) == 500
     names = set()
     for item in many:
         op, problem = item.case.op, item.problem
@@ -102,7 +110,7 @@ def test_every_draw_is_a_valid_problem_within_the_caps(many):
         assert item.layout in OP_LAYOUTS.get(op, tuple(Layout))
         assert item.dtype in [d for d, _ in DTYPES[op]]
         assert _tensor_bytes(problem) <= MAX_TENSOR_BYTES, item.case.name
-        if op in (CONV, DATA):
+        if op in (CONV, DATA, DWSEP):
             assert min(problem.output) >= 1
             assert problem.macs <= MAX_CONV_MACS, item.case.name
             assert problem.N in (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -159,6 +167,38 @@ def test_groupnorm_mix_covers_every_kind_layout_dtype_and_size(many):
     assert any(p.N % 2 for p in problems if p.N > 1)  # batches other than powers of two
 
 
+def test_dwsep_draws_parse_repeat_and_cover_every_cell():
+    """200 dwsep_conv_fwd draws: each parses back, is the same problem whenever (seed, index) is drawn, and
+    together they cover both layouts, every dtype and rank, every kind, the biases and the activations."""
+    items = draw(200, 31, [DWSEP])
+    assert [i.case.op for i in items] == [DWSEP] * 200
+    for index in (0, 57, 199):  # alone, with another N, or twice: the same problem
+        assert _keys([draw_item(DWSEP, 31, index)]) == _keys([items[index]]) == _keys([draw_item(DWSEP, 31, index)])
+    assert _keys(draw(40, 31, [DWSEP])) == _keys(items[:40])
+    assert [i.problem.key for i in draw(20, 32, [DWSEP])] != [i.problem.key for i in items[:20]]
+    for item in items:
+        assert SOLVERS[DWSEP].parse_problem(item.case.spec(), item.layout, item.dtype) == item.problem
+        assert SOLVERS[DWSEP].parse_problem(item.problem.spec(), item.layout, item.dtype) == item.problem
+    problems = [i.problem for i in items]
+    assert Counter(kind_of(i) for i in items).keys() == {k.tag for k in DWSEP_KINDS}
+    assert {i.layout for i in items} == {Layout.NHWGC, Layout.NGCHW}
+    assert {i.dtype for i in items} == {DType.FP16, DType.BF16, DType.FP32}
+    assert {p.ndim for p in problems} == {1, 2, 3}
+    assert {(3, 3), (5, 5), (7, 7), (3, 3, 3), (1, 3, 3), (3, 1, 1)} <= {p.filter for p in problems}
+    assert all(p.filter[0] % 2 and 3 <= p.filter[0] <= 31 for p in problems if p.ndim == 1)
+    assert {(p.bias_dw, p.bias_pw) for p in problems} == {(False, False), (True, True), (True, False), (False, True)}
+    assert 0.35 < sum(p.bias_dw or p.bias_pw for p in problems) / len(problems) < 0.65
+    assert {(p.act_dw.value, p.act_pw.value) for p in problems} >= {("relu6", "relu6"), ("relu6", "none"), ("none", "none"),
+                                                                    ("relu", "relu"), ("none", "relu")}
+    aligned = [p for p in problems if p.C % 8 == 0 and p.K % 8 == 0]
+    odd = [p for p in problems if p.C % 2 and p.K % 2]
+    assert len(aligned) + len(odd) == len(problems) and 0.6 < len(aligned) / len(problems) < 0.9
+    assert all(16 <= p.C <= 1024 and 16 <= p.K <= 1280 for p in problems)
+    assert any(max(p.stride) == 2 for p in problems) and any(max(p.dilation) == 2 for p in problems)
+    assert all(p.stride[0] == 1 for p in problems if p.ndim == 3)
+    assert any(p.C == p.K for p in problems if p.filter == (7, 7))  # ConvNeXt keeps its width
+
+
 def test_dtype_filter_restricts_the_draw():
     items = draw(30, 5, dtypes=[DType.FP32])
     assert {i.dtype for i in items} == {DType.FP32}
@@ -174,11 +214,16 @@ def test_dtype_filter_restricts_the_draw():
 @pytest.mark.parametrize("call, message", [
     (lambda: draw(0, 1), "--random needs a number of problems >= 1"),
     (lambda: draw(3, -1), "--seed >= 0"),
-    (lambda: draw(3, 1, [Op.DWSEP_CONV_FWD]), "not dwsep_conv_fwd"),
 ])
 def test_draw_errors(call, message):
     with pytest.raises(BenchError, match=message):
         call()
+
+
+def test_an_op_without_random_draws_is_refused(monkeypatch):
+    monkeypatch.setattr(rc, "RANDOM_OPS", (CONV, GN, DATA))
+    with pytest.raises(BenchError, match="drawn for conv_bwd_weight, groupnorm_bwd, conv_bwd_data only .*; not dwsep_conv_fwd"):
+        draw(3, 1, [DWSEP])
 
 
 def test_meta_says_how_to_draw_again():
@@ -224,7 +269,6 @@ def test_table_shows_the_sizes_of_drawn_cases():
     (["bench", "--random", "3"], "--random needs --seed S"),
     (["bench", "--random", "0", "--seed", "1"], "--random needs a number of problems >= 1"),
     (["bench", "--random", "2", "--seed", "-4"], "--seed >= 0"),
-    (["bench", "--random", "2", "--seed", "1", "--ops", "dwsep_conv_fwd"], "not dwsep_conv_fwd"),
     (["bench", "--random", "2", "--seed", "1", "--dtypes", "int8"], "not int8"),
     (["bench", "--random", "2", "--seed", "1", "--dtypes", "bf16_fp32w"], "leaves groupnorm_bwd no dtype"),
 ])
@@ -259,12 +303,14 @@ def test_cli_random_run_on_cpu_records_seed_and_n(kfactory, capsys, monkeypatch,
     data = json.loads((tmp_path / "a" / "results.json").read_text())
     meta = data["meta"]
     assert meta["suite"] is None and meta["random"]["seed"] == 11 and meta["random"]["n_per_op"] == 3
-    assert meta["random"]["ops"] == ["conv_bwd_weight", "groupnorm_bwd", "conv_bwd_data"] and meta["random"]["dtypes"] == ["fp32"]
-    assert meta["random"]["command"] == "kfactory bench --random 3 --seed 11 --ops conv_bwd_weight,groupnorm_bwd,conv_bwd_data --dtypes fp32"
+    assert meta["random"]["ops"] == [op.value for op in rc.RANDOM_OPS] and meta["random"]["dtypes"] == ["fp32"]
+    assert meta["random"]["ops"][-1] == "dwsep_conv_fwd"
+    assert meta["random"]["command"] == ("kfactory bench --random 3 --seed 11 --ops "
+                                         "conv_bwd_weight,groupnorm_bwd,conv_bwd_data,dwsep_conv_fwd --dtypes fp32")
     expected = draw(3, 11, dtypes=[DType.FP32])
     assert [(r["op"], r["case"], r["dtype"], r["layout"], r["problem"]) for r in data["rows"]] == [
         (i.case.op.value, i.case.name, i.dtype.value, i.layout.name, i.problem.key) for i in expected]
-    assert [r["status"] for r in data["rows"]] == ["ok"] * 9
+    assert [r["status"] for r in data["rows"]] == ["ok"] * 12
     assert data["geomean_speedup"]["overall"] == pytest.approx(3.0)
     text = " ".join(captured.out.split())
     assert "3 random problems per op, seed 11" in text
@@ -275,4 +321,4 @@ def test_cli_random_run_on_cpu_records_seed_and_n(kfactory, capsys, monkeypatch,
     assert kfactory([*argv, "--out", str(tmp_path / "b"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["random"]["seed"] == 11
     assert kfactory(["bench", "--compare", str(tmp_path / "a" / "results.json"), str(tmp_path / "b" / "results.json")]) == 0
-    assert "over 9 cases in both runs" in " ".join(capsys.readouterr().out.split())
+    assert "over 12 cases in both runs" in " ".join(capsys.readouterr().out.split())

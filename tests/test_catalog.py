@@ -566,6 +566,7 @@ def abi_builders() -> dict[str, Struct]:
     """One struct of each kind args.h declares, from the one place in Python that fills it."""
     from factory.ops.conv import epilogue_args, kernel_args
     from factory.ops.conv_bwd_weight.common import TENSORS, splitk_args
+    from factory.ops.dwsep_conv_fwd.fused import dwsep_args
     from factory.ops.groupnorm_bwd import StreamParams, geometry
     from factory.ops.groupnorm_bwd.common import gn_args
     from factory.ops.groupnorm_bwd.stream import tiles_args
@@ -574,7 +575,9 @@ def abi_builders() -> dict[str, Struct]:
     gn = solver_for(Op.GROUPNORM_BWD).parse_problem("N=2,C=8,G=4,input=6x6", Layout.NGCHW, DType.FP16)
     built = [kernel_args(TENSORS, conv), epilogue_args(conv, "d", "grad_weight"),
              splitk_args("workspace", "grad_weight", 10, 2, 10), gn_args(gn),
-             tiles_args(geometry(StreamParams(256, 4, 2, 1), gn))]
+             tiles_args(geometry(StreamParams(256, 4, 2, 1), gn)),
+             dwsep_args(solver_for(Op.DWSEP_CONV_FWD).parse_problem("N=2,C=8,K=4,input=6x6,filter=3x3,bias_pw=1",
+                                                                    Layout.NHWGC, DType.FP16))]
     return {b.ctype: b for b in built}
 
 

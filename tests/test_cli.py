@@ -569,3 +569,99 @@ def test_list_of_a_cell_names_the_families_that_make_instances_per_problem(capsy
     assert "dwr" in flat and "dws" in flat and "pass --problem to list them" in flat
     code, out, _ = run(capsys, "list", "--op", "conv_bwd_data", "--layout", "NHWGC", "--dtype", "fp16", "--ndim", "3")
     assert "dws" not in " ".join(out.split())  # dws has no 3-D or NHWGC cells
+
+
+# --- dwsep_conv_fwd: an op whose instances are all made per problem ---------------------------------
+DWSEP = ["--op", "dwsep_conv_fwd", "--layout", "nhwgc", "--dtype", "fp16"]
+DWSEP_SPEC = "N=64,C=64,K=128,input=112x112,filter=3x3,stride=1,pad=1,dilation=1,bias_pw=1,act_dw=relu6"
+
+
+def _dwsep_problem(spec: str = DWSEP_SPEC):
+    return solver_for(Op.DWSEP_CONV_FWD).parse_problem(spec, Layout.NHWGC, DType.FP16)
+
+
+def test_list_dwsep_problem_json(capsys):
+    problem = _dwsep_problem()
+    code, out, _ = run(capsys, "list", *DWSEP, "--problem", DWSEP_SPEC, "--why", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["problem"] == problem.key and problem.key.endswith(",bias_pw=1,act_dw=relu6")
+    applicable = data["applicable"]
+    assert [r["name"] for r in applicable] == [i.name for i in lookup(problem)] and applicable
+    assert {(r["op"], r["family"], r["layout"], r["dtype"], r["ndim"]) for r in applicable} == {
+        ("dwsep_conv_fwd", "fused", "nhwgc", "fp16", 2)}
+    assert all(r["params"]["shape"] == "k3x3s1x1d1x1" for r in applicable)  # the problem's filter compiled in
+    rejected = data["rejected"]
+    assert rejected and all(r["reason"] == "needs mfma, which target sm_90 lacks" for r in rejected)
+
+
+def test_list_dwsep_problem_why_table_and_amd_target(capsys):
+    problem = _dwsep_problem()
+    code, out, _ = run(capsys, "list", *DWSEP, "--problem", DWSEP_SPEC, "--why")
+    assert code == 0
+    text = squash(out)
+    assert squash(f"{len(lookup(problem))} instances compute {problem.key}") in text
+    assert squash(f"not applicable in this cell ({len(explain(problem))}); 0 more") in text
+    code, out, _ = run(capsys, "list", *DWSEP, "--problem", DWSEP_SPEC, "--target", "gfx90a", "--json")
+    assert code == 0
+    assert {r["family"] for r in json.loads(out)["applicable"]} == {"fused_mfma"}
+
+
+def test_list_dwsep_cell_says_instances_come_per_problem(capsys):
+    code, out, _ = run(capsys, "list", *DWSEP)
+    assert code == 0
+    text = flat(out)
+    assert "0 instances" in text and "fused, fused_mfma: (also) make instances per problem" in text
+    assert "pass --problem to list them" in text
+
+
+def test_generate_dwsep_problem(capsys, tmp_path):
+    problem = _dwsep_problem()
+    out_dir = tmp_path / "out"
+    code, out, err = run(capsys, "generate", *DWSEP, "--problem", DWSEP_SPEC, "--out", str(out_dir))
+    assert code == 0, err
+    expected = [i for i in lookup(problem) if i.why_not_on(cli.DEFAULT_TARGET) is None]
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["op"] == "dwsep_conv_fwd"
+    entries = manifest["instances"]
+    assert [e["name"] for e in entries] == [i.name for i in expected] and entries
+    assert {p.name for p in out_dir.iterdir()} == {f"{i.name}.hip" for i in expected} | {"manifest.json"}
+    for entry, inst in zip(entries, expected):
+        written = (out_dir / entry["file"]).read_bytes()
+        assert entry["source_hash"] == hashlib.sha256(written).hexdigest()
+        assert written.decode() == codegen.render(inst)
+    assert f"{len(expected)} instances written to" in flat(out)
+
+
+def test_generate_dwsep_without_a_problem_says_to_pass_one(capsys, tmp_path):
+    code, _, err = run(capsys, "generate", "--op", "dwsep_conv_fwd", "--out", str(tmp_path / "o"))
+    assert code == 2
+    line = one_error_line(err)
+    assert "no instances match those filters; fused, fused_mfma make instances per problem: pass --problem" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["list", "query", "generate"])
+@pytest.mark.parametrize("spec, cell, says", [
+    (DWSEP_SPEC + ",act_pw=gelu", DWSEP, "bad token act_pw='gelu' in problem: choose one of none, relu, relu6"),
+    (DWSEP_SPEC + ",bias_dw=2", DWSEP, "invalid bias_dw: must be 0 or 1, got 2"),
+    ("N=2,C=8,K=4,input=2x2,filter=5x5,pad=1", DWSEP, "invalid filter: dilated filter extent 5 exceeds padded input 4"),
+    ("N=2,C=8,input=9x9,filter=3x3", DWSEP, "problem is missing K="),
+    (DWSEP_SPEC, ["--op", "dwsep_conv_fwd", "--layout", "gnhwc", "--dtype", "fp16"],
+     "dwsep_conv_fwd has no kernels for gnhwc/fp16/2D; supported: ngchw/bf16: 1D,2D,3D; ngchw/fp16: 1D,2D,3D; "
+     "ngchw/fp32: 1D,2D,3D; nhwgc/bf16: 1D,2D,3D; nhwgc/fp16: 1D,2D,3D; nhwgc/fp32: 1D,2D,3D"),
+])
+def test_bad_dwsep_problems_are_one_line(capsys, tmp_path, no_gpu, command, spec, cell, says):
+    extra = {"generate": ["--out", str(tmp_path / "o")], "query": ["--db", str(tmp_path / "x.sqlite")]}.get(command, [])
+    code, out, err = run(capsys, command, *cell, "--problem", spec, *extra)
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert line.startswith("kfactory: error: ") and says in line
+
+
+def test_query_dwsep_without_gpu_names_the_heuristic_pick(capsys, tmp_path, no_gpu):
+    problem = _dwsep_problem()
+    code, out, _ = run(capsys, "query", *DWSEP, "--problem", DWSEP_SPEC, "--db", str(tmp_path / "x.sqlite"))
+    assert code == 0
+    assert flat(out).endswith(f"the heuristic would pick {heuristic_pick(problem).name}")
+    assert heuristic_pick(problem).family == "fused"

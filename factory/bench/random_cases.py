@@ -48,9 +48,36 @@ groupnorm_bwd (C channels in all, G groups):
   in 4 draws of 5, any integer of its range otherwise. GroupNorm without gamma/beta (affine=0) in 10 %.
 - Layout: NGCHW 60 %, NHWGC 40 %. Dtype: fp16 40 %, bf16 40 %, fp32 20 %.
 
+dwsep_conv_fwd (depthwise C -> C, then pointwise C -> K; activations act_dw / act_pw):
+
+  kind      share  channels                  filters (share within the kind)   stride 2  spatial
+  mnv1      30 %   C 16..1024, K 16..1280    3x3 85, 5x5 15                    25 %      H, W 7..112
+  mnv2      25 %   C 16..1024, K 16..320     3x3 60, 5x5 40                    25 %      H, W 7..112
+  convnext  15 %   C 96..768, K = C in 1/2   7x7                               0         H, W 7..56
+  dw1d      15 %   C, K 64..512              3..31 taps, odd                   15 %      W 128..4096
+  dw3d      15 %   C, K 16..256              3x3x3 40, 1x3x3 30, 3x1x1 30      25 %      D 4..16, H, W 7..28
+
+  activations act_dw/act_pw (share within the kind)
+  mnv1      relu6/relu6 60, relu/relu 25, none/none 15
+  mnv2      relu6/none 70, relu/none 15, none/none 15
+  convnext  none/none 60, none/relu 20, relu/relu 20
+  dw1d      none/none 30, relu/relu 30, none/relu 20, relu/none 20
+  dw3d      relu/relu 40, none/none 30, relu6/relu6 15, none/relu 15
+
+- mnv1 is a MobileNetV1 block (both stages followed by relu6 in most draws), mnv2 the depthwise and
+  projection of a MobileNetV2 / EfficientNet block (the expanded C down to a narrow K, no activation
+  after it), convnext ConvNeXt's 7x7 stage (its GELU as relu), dw1d a separable conv of a speech model
+  (QuartzNet, Conformer), dw3d a video block (X3D's channelwise 3x3x3, 1x3x3 and 3x1x1 factorized ones).
+- C and K are both multiples of 8 in 3 draws of 4 and both odd otherwise. Sizes log-uniform, H = W in 3
+  draws of 4, batch N as for the convs. Stride along H and W (depth keeps 1); dilation 2 in 10 % of the
+  stride-1 mnv1, mnv2 and dw1d draws; padding dilation*(k-1)//2 on both sides.
+- Biases: none 50 %, both 30 %, depthwise only 10 %, pointwise only 10 % (batch-norm folded in gives both).
+- Layout: NHWGC 60 %, NGCHW 40 %. Dtype: fp16 40 %, bf16 40 %, fp32 20 %.
+
 Caps, met by drawing the sizes again (the kind, layout and dtype stay): every tensor at most 256 MiB and a
-conv at most 2**33 multiply-adds, so one call takes well under a second and the CPU reference that
-tuning checks against stays affordable. `--dtypes` restricts the dtype draw to the dtypes given.
+conv at most 2**33 multiply-adds (dwsep_conv_fwd: its pointwise GEMM's), so one call takes well under a
+second and the CPU reference that tuning checks against stays affordable. `--dtypes` restricts the dtype
+draw to the dtypes given.
 
 Change a table and the same seed draws other problems: bump RANDOM_VERSION (recorded in results.json).
 """
@@ -69,9 +96,10 @@ from .model import BenchError, BenchItem, Case
 from .suite import dtypes_among
 
 RANDOM_VERSION = 1
-RANDOM_OPS = (Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD, Op.CONV_BWD_DATA)  # the order items come in
+RANDOM_OPS = (Op.CONV_BWD_WEIGHT, Op.GROUPNORM_BWD, Op.CONV_BWD_DATA, Op.DWSEP_CONV_FWD)  # the order items come in
 CONV_OPS = (Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA)
-_STREAM = {Op.CONV_BWD_WEIGHT: 1, Op.GROUPNORM_BWD: 2, Op.CONV_BWD_DATA: 3}  # per-op generator streams: never renumber
+# Per-op generator streams: never renumber.
+_STREAM = {Op.CONV_BWD_WEIGHT: 1, Op.GROUPNORM_BWD: 2, Op.CONV_BWD_DATA: 3, Op.DWSEP_CONV_FWD: 4}
 MAX_TENSOR_BYTES = 256 * 2**20
 MAX_CONV_MACS = 2**33
 MAX_TRIES = 10_000  # size draws per problem before giving up (a cap no draw of the kind can meet)
@@ -84,11 +112,13 @@ LAYOUTS: dict[Op, Weighted] = {
     Op.CONV_BWD_WEIGHT: ((Layout.NHWGC, 35), (Layout.NGCHW, 35), (Layout.NGCHW_GKYXC, 15), (Layout.GNHWC, 15)),
     Op.CONV_BWD_DATA: ((Layout.NHWGC, 35), (Layout.NGCHW, 35), (Layout.NGCHW_GKYXC, 15), (Layout.GNHWC, 15)),
     Op.GROUPNORM_BWD: ((Layout.NGCHW, 60), (Layout.NHWGC, 40)),
+    Op.DWSEP_CONV_FWD: ((Layout.NHWGC, 60), (Layout.NGCHW, 40)),
 }
 DTYPES: dict[Op, Weighted] = {
     Op.CONV_BWD_WEIGHT: ((DType.FP16, 35), (DType.BF16, 35), (DType.FP32, 20), (DType.BF16_FP32W, 10)),
     Op.CONV_BWD_DATA: ((DType.FP16, 40), (DType.BF16, 40), (DType.FP32, 20)),
     Op.GROUPNORM_BWD: ((DType.FP16, 40), (DType.BF16, 40), (DType.FP32, 20)),
+    Op.DWSEP_CONV_FWD: ((DType.FP16, 40), (DType.BF16, 40), (DType.FP32, 20)),
 }
 CONV_BATCHES: Weighted = ((1, 1), (2, 1), (4, 2), (8, 4), (16, 5), (32, 5), (64, 4), (128, 2), (256, 1))
 SQUARE = 0.75  # chance that W = H
@@ -98,6 +128,8 @@ GROUPED_WIDTHS: Weighted = ((2, 14), (4, 14), (8, 14), (16, 14), (32, 14), (None
 GN_GROUPS: Weighted = ((32, 70), (8, 15), (16, 15))
 GN_POW2_BATCH = 0.8
 GN_AFFINE = 0.9
+# (bias_dw, bias_pw): folded batch-norm gives both; a bias after one stage only is rarer.
+DWSEP_BIASES: Weighted = (((False, False), 50), ((True, True), 30), ((True, False), 10), ((False, True), 10))
 
 
 @dataclass(frozen=True)
@@ -174,6 +206,48 @@ NORM_KINDS: tuple[NormKind, ...] = (
     NormKind("gn2d", 40, (1, 64), (32, 1280), (7, 128), 2),
     NormKind("gn3d", 15, (1, 16), (32, 512), (8, 64), 3, depth=(2, 32)),
     NormKind("gnlarge", 15, (1, 8), (128, 512), (128, 512), 2),
+)
+
+
+@dataclass(frozen=True)
+class DwsepKind:
+    """One kind of depthwise-separable block and its share of the dwsep_conv_fwd draws."""
+
+    tag: str
+    weight: float
+    channels: Range  # C (depthwise, the pointwise GEMM's reduction)
+    outputs: Range  # K
+    same_k: float  # chance that K = C
+    filters: tuple[FilterChoice, ...]
+    stride2: float
+    dilation2: float  # stride-1 draws only
+    spatial: Range
+    acts: Weighted  # (act_dw, act_pw) spellings
+    depth: Range | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.filters[0].dims)
+
+
+_3D_FILTERS = (FilterChoice((3, 3), (True, True, True), 40), FilterChoice((3, 3), (False, True, True), 30),
+               FilterChoice((3, 3), (True, False, False), 30))
+DWSEP_KINDS: tuple[DwsepKind, ...] = (
+    DwsepKind("mnv1", 30, (16, 1024), (16, 1280), 0.0, (_square(3, 3, 85), _square(5, 5, 15)),
+              stride2=0.25, dilation2=0.1, spatial=(7, 112),
+              acts=((("relu6", "relu6"), 60), (("relu", "relu"), 25), (("none", "none"), 15))),
+    DwsepKind("mnv2", 25, (16, 1024), (16, 320), 0.0, (_square(3, 3, 60), _square(5, 5, 40)),
+              stride2=0.25, dilation2=0.1, spatial=(7, 112),
+              acts=((("relu6", "none"), 70), (("relu", "none"), 15), (("none", "none"), 15))),
+    DwsepKind("convnext", 15, (96, 768), (96, 768), 0.5, (_square(7, 7, 1),),
+              stride2=0.0, dilation2=0.0, spatial=(7, 56),
+              acts=((("none", "none"), 60), (("none", "relu"), 20), (("relu", "relu"), 20))),
+    DwsepKind("dw1d", 15, (64, 512), (64, 512), 0.0, (FilterChoice((3, 31), (True,), 1),),
+              stride2=0.15, dilation2=0.1, spatial=(128, 4096),
+              acts=((("none", "none"), 30), (("relu", "relu"), 30), (("none", "relu"), 20), (("relu", "none"), 20))),
+    DwsepKind("dw3d", 15, (16, 256), (16, 256), 0.0, _3D_FILTERS, stride2=0.25, dilation2=0.0, spatial=(7, 28),
+              acts=((("relu", "relu"), 40), (("none", "none"), 30), (("relu6", "relu6"), 15), (("none", "relu"), 15)),
+              depth=(4, 16)),
 )
 
 
@@ -268,7 +342,7 @@ def _conv_fits(problem: Any) -> bool:
     return max(tensors) <= MAX_TENSOR_BYTES and problem.macs <= MAX_CONV_MACS and min(problem.output) >= 1
 
 
-def _conv_hint(kind: ConvKind, problem: Any) -> str:
+def _conv_hint(kind: ConvKind | DwsepKind, problem: Any) -> str:
     hint = "k" + "x".join(str(f) for f in problem.filter)
     if max(problem.stride) > 1:
         hint += f"s{max(problem.stride)}"
@@ -301,9 +375,70 @@ def _norm_hint(kind: NormKind, problem: Any) -> str:
     return f"{kind.tag}_g{problem.G}" + ("" if problem.affine else "_noaffine")
 
 
+# --- dwsep_conv_fwd --------------------------------------------------------------------------------
+def _odd_or_8(rng: np.random.Generator, lo: int, hi: int, aligned: bool) -> int:
+    """A log-uniform channel count of [lo, hi]: a multiple of 8 when `aligned`, else odd (no vector divides it)."""
+    value = _log_int(rng, lo, hi)
+    if aligned:
+        return max(-(-lo // 8) * 8, min(hi // 8 * 8, round(value / 8) * 8))
+    return value if value % 2 else value + 1 if value < hi else value - 1
+
+
+def _dwsep_sizes(rng: np.random.Generator, kind: DwsepKind) -> tuple[tuple[str, Any], ...]:
+    aligned = _chance(rng, ROUND_TO_8)
+    c = _odd_or_8(rng, *kind.channels, aligned)
+    k = c if _chance(rng, kind.same_k) else _odd_or_8(rng, *kind.outputs, aligned)
+    n = _pick(rng, CONV_BATCHES)
+    choice = _pick(rng, [(f, f.weight) for f in kind.filters])
+    size = min(_log_int(rng, *choice.sizes) | 1, choice.sizes[1])  # odd: centred, as networks use
+    filt = tuple(size if on else 1 for on in choice.dims)
+    spatial = _spatial(rng, kind)
+    s = 2 if _chance(rng, kind.stride2) else 1
+    stride = tuple(1 if kind.ndim == 3 and d == 0 else s for d in range(kind.ndim))
+    dil = 2 if s == 1 and _chance(rng, kind.dilation2) else 1
+    dilation = tuple(dil if f > 1 else 1 for f in filt)
+    pad = tuple(di * (f - 1) // 2 for f, di in zip(filt, dilation))
+    bias_dw, bias_pw = _pick(rng, DWSEP_BIASES)
+    act_dw, act_pw = _pick(rng, kind.acts)
+    sizes: list[tuple[str, Any]] = [("N", n), ("C", c), ("K", k), ("input", spatial), ("filter", filt)]
+    if any(v != 1 for v in stride):
+        sizes.append(("stride", stride))
+    if any(pad):
+        sizes.append(("pad", pad))
+    if any(v != 1 for v in dilation):
+        sizes.append(("dilation", dilation))
+    sizes += [(name, 1) for name, on in (("bias_dw", bias_dw), ("bias_pw", bias_pw)) if on]
+    sizes += [(name, act) for name, act in (("act_dw", act_dw), ("act_pw", act_pw)) if act != "none"]
+    return tuple(sizes)
+
+
+def _dwsep_fits(problem: Any) -> bool:
+    tensors = SOLVERS[Op.DWSEP_CONV_FWD].tensors(problem)
+    return max(t.nbytes for t in tensors) <= MAX_TENSOR_BYTES and problem.macs <= MAX_CONV_MACS
+
+
 # --- drawing items ---------------------------------------------------------------------------------
 def _kinds(op: Op) -> tuple[Any, ...]:
+    if op is Op.DWSEP_CONV_FWD:
+        return DWSEP_KINDS
     return CONV_KINDS if op in CONV_OPS else NORM_KINDS
+
+
+def _sizes(op: Op, rng: np.random.Generator, kind: Any) -> tuple[tuple[str, Any], ...]:
+    if op is Op.DWSEP_CONV_FWD:
+        return _dwsep_sizes(rng, kind)
+    return _conv_sizes(rng, kind) if op in CONV_OPS else _norm_sizes(rng, kind)
+
+
+def _fits(op: Op, problem: Any) -> bool:
+    if op is Op.DWSEP_CONV_FWD:
+        return _dwsep_fits(problem)
+    return _conv_fits(problem) if op in CONV_OPS else _norm_fits(problem)
+
+
+def _hint(op: Op, kind: Any, problem: Any) -> str:
+    """The name's kind and shape: the filter, stride and dilation for the convolutions, the groups for GroupNorm."""
+    return _norm_hint(kind, problem) if op is Op.GROUPNORM_BWD else _conv_hint(kind, problem)
 
 
 def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = None) -> BenchItem:
@@ -316,18 +451,16 @@ def draw_item(op: Op, seed: int, index: int, dtypes: Sequence[DType] | None = No
         raise BenchError(f"--dtypes leaves {op.value} no dtype to draw (it runs in {', '.join(d.value for d, _ in DTYPES[op])})")
     dtype = _pick(rng, allowed)
     solver = SOLVERS[op]
-    conv = op in CONV_OPS
     for _ in range(MAX_TRIES):
-        sizes = _conv_sizes(rng, kind) if conv else _norm_sizes(rng, kind)
+        sizes = _sizes(op, rng, kind)
         case = Case(op, "", sizes, (dtype,), (layout,))
         try:
             problem = solver.parse_problem(case.spec(), layout, dtype)
         except (KernelFactoryError, ValueError):
             continue
-        if not (_conv_fits(problem) if conv else _norm_fits(problem)):
+        if not _fits(op, problem):
             continue
-        hint = _conv_hint(kind, problem) if conv else _norm_hint(kind, problem)
-        name = f"rand_s{seed}_{index:03d}_{hint}"
+        name = f"rand_s{seed}_{index:03d}_{_hint(op, kind, problem)}"
         return BenchItem(Case(op, name, sizes, (dtype,), (layout,)), dtype, layout, problem)
     raise RuntimeError(f"no {op.value} {kind.tag} draw within the caps in {MAX_TRIES} tries (seed {seed}, index {index})")
 

@@ -23,7 +23,10 @@ BASE_DTYPES = (DType.FP16, DType.BF16)
 SUITE_DTYPES = (DType.FP16, DType.BF16, DType.FP32)
 DEFAULT_LAYOUTS = (Layout.NGCHW,)
 # Layouts an op can be benchmarked in; ops not listed take every layout.
-OP_LAYOUTS: dict[Op, tuple[Layout, ...]] = {Op.GROUPNORM_BWD: (Layout.NGCHW, Layout.NHWGC)}
+OP_LAYOUTS: dict[Op, tuple[Layout, ...]] = {
+    Op.GROUPNORM_BWD: (Layout.NGCHW, Layout.NHWGC),
+    Op.DWSEP_CONV_FWD: (Layout.NHWGC, Layout.NGCHW),  # activations only: no group axis to place
+}
 _META_KEYS = frozenset({"name", "fp32", "layouts"})
 
 

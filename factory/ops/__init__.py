@@ -6,11 +6,13 @@ from ..problem import Op, UnsupportedProblem
 from .base import OpModule
 from .conv_bwd_data import SOLVER as _CONV_BWD_DATA
 from .conv_bwd_weight import SOLVER as _CONV_BWD_WEIGHT
+from .dwsep_conv_fwd import SOLVER as _DWSEP_CONV_FWD
 from .groupnorm_bwd import SOLVER as _GROUPNORM_BWD
 
 SOLVERS: dict[Op, OpModule] = {
     Op.CONV_BWD_WEIGHT: _CONV_BWD_WEIGHT,
     Op.CONV_BWD_DATA: _CONV_BWD_DATA,
+    Op.DWSEP_CONV_FWD: _DWSEP_CONV_FWD,
     Op.GROUPNORM_BWD: _GROUPNORM_BWD,
 }
 

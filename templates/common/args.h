@@ -71,3 +71,21 @@ struct kf_gn_tiles {
   int lanes, rows;  // block = lanes x rows threads
   int chunk, splits, tiles;
 };
+
+// The fused depthwise-separable forward (factory/ops/dwsep_conv_fwd/fused.py: dwsep_args). Activations
+// are (N, C, D, H, W) or channels-last (N, D, H, W, C) as the template is compiled; the depthwise weight is
+// (C, Z, Y, X), the pointwise one (K, C). An absent bias points at another buffer and is never read.
+struct kf_dwsep_args {
+  const void* in;
+  const void* wdw;
+  const void* wpw;
+  const void* bdw;  // (C), read when bias_dw
+  const void* bpw;  // (K), read when bias_pw
+  void* out;
+  int N, C, K;
+  int Di, Hi, Wi;  // input size (1 for missing dimensions)
+  int Do, Ho, Wo;  // output size
+  int pd, ph, pw;  // padding (both sides)
+  int bias_dw, bias_pw;  // 0 or 1
+  int act_dw, act_pw;    // 0 none, 1 relu, 2 relu6
+};

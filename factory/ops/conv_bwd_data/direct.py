@@ -17,49 +17,20 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
+from ..conv.shape import CompiledShape, Shape
 from .common import BwdDataFamily, input_positions
 
 ANY_SHAPE = "any"
 BLOCKS_MAX = 2**31 - 1
 MAX_CHANNEL_PRODUCT = 16  # C*K per group above which a GEMM family is the right tool
-_SHAPE_RE = re.compile(r"k(?P<filter>\d+(?:x\d+){0,2})s(?P<stride>\d+(?:x\d+){0,2})d(?P<dilation>\d+(?:x\d+){0,2})")
 # Memory order of grad_input's axes, innermost first ("s" = the spatial axes, W fastest), per layout.
 ORDERS = {Layout.NHWGC: "cgsn", Layout.NGCHW: "scgn", Layout.NGCHW_GKYXC: "scgn", Layout.GNHWC: "csng"}
-
-
-def spell_shape(filt: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> str:
-    def dims(v: tuple[int, ...]) -> str:
-        return "x".join(map(str, v))
-
-    return f"k{dims(filt)}s{dims(stride)}d{dims(dilation)}"
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A compiled-in filter, stride and dilation (one entry per spatial dim)."""
-
-    filter: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
-
-    @classmethod
-    def parse(cls, text: str) -> "Shape | None":
-        match = _SHAPE_RE.fullmatch(text)
-        if match is None:
-            return None
-        parts = [tuple(int(v) for v in match[name].split("x")) for name in ("filter", "stride", "dilation")]
-        if len({len(p) for p in parts}) != 1 or min(min(p) for p in parts) < 1:
-            return None
-        return cls(*parts)
-
-    def of(self, problem: ConvProblem) -> bool:
-        return (self.filter, self.stride, self.dilation) == (problem.filter, problem.stride, problem.dilation)
 
 
 @dataclass(frozen=True)
@@ -93,34 +64,6 @@ class DirectParams:
 
 
 _SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_v(?P<vector>\d+)_(?P<shape>[a-z0-9x]+)")
-
-
-class CompiledShape:
-    """What a family whose points compile the problem's filter, stride and dilation in shares: the value
-    a "problem" point takes, the refusal of another problem's shape, and names parsed back."""
-
-    params_type: type
-    suffix_re: re.Pattern[str]
-
-    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
-        return {"shape": spell_shape(problem.filter, problem.stride, problem.dilation)}
-
-    @staticmethod
-    def wrong_shape(shape_text: str, compiled: Shape | None, problem: ConvProblem) -> str | None:
-        if compiled is None or compiled.of(problem):
-            return None
-        return f"compiled for {shape_text}, problem has {spell_shape(problem.filter, problem.stride, problem.dilation)}"
-
-    def parse_suffix(self, suffix: str) -> Any:
-        """The params whose suffix is `suffix` (the pattern's groups name the fields), else None."""
-        match = self.suffix_re.fullmatch(suffix)
-        if match is None:
-            return None
-        try:
-            params = self.params_type(**{name: v if name == "shape" else int(v) for name, v in match.groupdict().items()})
-        except ValueError:
-            return None
-        return params if params.suffix() == suffix else None
 
 
 class Direct(CompiledShape, BwdDataFamily):

@@ -21,7 +21,8 @@ from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from .common import BwdDataFamily
-from .direct import BLOCKS_MAX, CompiledShape, Shape
+from ..conv.shape import CompiledShape, Shape
+from .direct import BLOCKS_MAX
 
 # Register budget, in accumulator-sized values per thread: the tile's sums, and the window row of one
 # chunk of taps along W (a long filter is taken in chunks).

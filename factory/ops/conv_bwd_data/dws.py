@@ -19,7 +19,7 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
-from .direct import CompiledShape
+from ..conv.shape import CompiledShape
 from .dwr import MAX_SUMS, TileParams, hw
 
 W_CONTIGUOUS = (Layout.NGCHW, Layout.NGCHW_GKYXC, Layout.GNHWC)

@@ -1,0 +1,214 @@
+"""`fused` / `fused_mfma`: the depthwise stage on the vector units, the pointwise stage on matrix instructions,
+the depthwise output kept in shared memory between them (templates/dwsep_conv_fwd/fused.hip.j2).
+
+A block owns block_m output positions x block_n output channels and loops over the input channels in
+chunks of block_k: the chunk's depthwise outputs go into shared memory as the GEMM's A tile, the
+chunk's pointwise weights as its B tile, and the warps multiply them into the accumulators. Where
+block_n < K, the blocks of one position tile each compute its depthwise outputs (a recomputation of
+9-49 multiply-adds per channel against block_n of the pointwise GEMM). Filter, stride and dilation are
+compiled in (`shape = "problem"` points), so the tap loops unroll and the bounds tests fold.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ...device import DeviceTarget, MatrixUnit
+from ...problem import DType, Layout
+from ..base import Buf, Family, I32, Launch, LaunchPlan, Struct
+from ..conv import cpp_type
+from ..conv import layouts as cl
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MFMA_TILE, MMA_K, MMA_M, MMA_N, WAVE_LANES, MfmaRules, fill_score
+from ..conv.shape import CompiledShape, Shape
+from .problem import Activation, DwsepProblem
+
+DTYPES = (DType.FP16, DType.BF16, DType.FP32)
+LAYOUTS = (Layout.NHWGC, Layout.NGCHW)
+CELLS = frozenset((layout, dtype, ndim) for layout in LAYOUTS for dtype in DTYPES for ndim in (1, 2, 3))
+INT32_LIMIT = 2**31 - 1
+GRID_Y_LIMIT = 65535
+STAGES = 2
+ACTIVATION_CODES = {Activation.NONE: 0, Activation.RELU: 1, Activation.RELU6: 2}
+DWSEP_ARGS = "kf_dwsep_args"  # templates/common/args.h
+
+
+@dataclass(frozen=True)
+class FusedParams:
+    # The engine's instruction tile and lanes per warp (mma.sync here; fused_mfma's are AMD's).
+    instruction_m: ClassVar[int] = MMA_M
+    instruction_n: ClassVar[int] = MMA_N
+    lanes: ClassVar[int] = LANES
+    engine: ClassVar[str] = "mma"
+
+    block_m: int  # output positions per block
+    block_n: int  # output channels per block
+    block_k: int  # input channels per chunk
+    warps_m: int
+    warps_n: int
+    vector: int  # channels per load of the pointwise weights, and of channels-last inputs
+    shape: str  # the compiled-in filter, stride and dilation (conv.shape.spell_shape)
+
+    def __post_init__(self) -> None:
+        im, in_ = self.instruction_m, self.instruction_n
+        if self.block_m % (self.warps_m * im) or self.block_n % (self.warps_n * in_):
+            raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
+                             f"warp tiles of whole {im}x{in_} instructions")
+        if self.block_k % MMA_K:
+            raise ValueError(f"block_k {self.block_k} must be a multiple of {MMA_K}")
+        if self.vector not in (1, 2, 4, 8) or self.block_k % self.vector:
+            raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8 and divide block_k {self.block_k}")
+        if Shape.parse(self.shape) is None:
+            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * self.lanes
+
+    @property
+    def compiled(self) -> Shape:
+        shape = Shape.parse(self.shape)
+        assert shape is not None  # checked on construction
+        return shape
+
+    def work(self, channels_last: bool) -> tuple[int, int, int] | None:
+        """(threads per position, groups, items per thread) of the depthwise stage, or None when the
+        tile does not split: channels-last, block_k / vector threads share a position and a thread takes
+        block_m / groups positions; otherwise a thread takes one position and block_k / groups channels."""
+        if channels_last:
+            tpr = self.block_k // self.vector
+            if self.threads % tpr or self.block_m % (self.threads // tpr):
+                return None
+            groups = self.threads // tpr
+            return tpr, groups, self.block_m // groups
+        if self.threads % self.block_m or self.block_k % (self.threads // self.block_m):
+            return None
+        groups = self.threads // self.block_m
+        return 1, groups, self.block_k // groups
+
+    def shared_bytes(self, dtype: DType) -> int:
+        """Two stages of A ([m][k] or [k][m]) and B ([n][k]) tiles, rows padded by 16 bytes (igemm.h
+        Config), then the chunk's depthwise weights and biases in fp32."""
+        size = dtype.tensor.nbytes
+        pad = 16 // size
+        a = max(self.block_m * (self.block_k + pad), self.block_k * (self.block_m + pad))
+        b = self.block_n * (self.block_k + pad)
+        return STAGES * (a + b) * size + (math.prod(self.compiled.filter) + 1) * self.block_k * 4
+
+    def suffix(self) -> str:
+        return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
+                f"_v{self.vector}_{self.shape}")
+
+    def template_values(self) -> dict[str, Any]:
+        shape = self.compiled
+        values: dict[str, Any] = {
+            "engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
+            "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "vector": self.vector}
+        for name in ("filter", "stride", "dilation"):
+            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
+        return values
+
+
+_SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_w(?P<warps_m>\d+)x(?P<warps_n>\d+)"
+                        r"_v(?P<vector>\d+)_(?P<shape>[a-z0-9x]+)")
+
+
+def dwsep_args(problem: DwsepProblem) -> Struct:
+    """The kernel's argument struct (templates/common/args.h, kf_dwsep_args); an absent bias points at
+    the pointwise weight, which the kernel then never reads as a bias."""
+    def pad3(values: tuple[int, ...], fill: int) -> list[int]:
+        return cl.pad_to_3d(values, fill)
+
+    pointers = (("in", Buf("input")), ("wdw", Buf("weight_dw")), ("wpw", Buf("weight_pw")),
+                ("bdw", Buf("bias_dw" if problem.bias_dw else "weight_pw")),
+                ("bpw", Buf("bias_pw" if problem.bias_pw else "weight_pw")), ("out", Buf("output")))
+    ints = [("N", problem.N), ("C", problem.C), ("K", problem.K)]
+    ints += list(zip(("Di", "Hi", "Wi"), pad3(problem.input, 1)))
+    ints += list(zip(("Do", "Ho", "Wo"), pad3(problem.output, 1)))
+    ints += list(zip(("pd", "ph", "pw"), pad3(problem.pad, 0)))
+    ints += [("bias_dw", int(problem.bias_dw)), ("bias_pw", int(problem.bias_pw)),
+             ("act_dw", ACTIVATION_CODES[problem.act_dw]), ("act_pw", ACTIVATION_CODES[problem.act_pw])]
+    return Struct(DWSEP_ARGS, pointers + tuple((name, I32(v)) for name, v in ints))
+
+
+class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
+    name = "fused"
+    template = "dwsep_conv_fwd/fused.hip.j2"
+    params_type = FusedParams
+    suffix_re = _SUFFIX_RE
+    description = ("depthwise outputs computed per channel chunk into shared memory, multiplied at once into the "
+                   "pointwise sums on matrix instructions (mma.sync; fp32 as 3xTF32); filter compiled in")
+
+    def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
+        return CELLS
+
+    def cell_allows(self, params: FusedParams, layout: Layout, dtype: DType, ndim: int) -> bool:
+        return (len(params.compiled.filter) == ndim and params.vector * dtype.tensor.nbytes <= CHUNK_BYTES_MAX
+                and params.work(layout is Layout.NHWGC) is not None)
+
+    def needs(self, params: FusedParams) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.MMA_SYNC})
+
+    def why_not_on(self, params: FusedParams, target: DeviceTarget) -> str | None:
+        if MatrixUnit.MMA_SYNC not in target.matrix_units:
+            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
+        return None
+
+    def why_not(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
+        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        if wrong:
+            return wrong
+        largest = max(problem.N * problem.C * math.prod(problem.input), problem.positions * problem.K)
+        if largest > INT32_LIMIT:
+            return "a tensor has 2**31 elements or more; the kernel indexes with 32-bit integers"
+        if problem.C % p.vector:
+            return f"vector {p.vector} needs C={problem.C} divisible by it"
+        if math.ceil(problem.K / p.block_n) > GRID_Y_LIMIT:
+            return f"K={problem.K} needs more than {GRID_Y_LIMIT} channel tiles"
+        shared = p.shared_bytes(problem.dtype)
+        if shared > target.shared_optin:
+            return f"needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
+        return None
+
+    def template_values(self, params: FusedParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
+        work = params.work(layout is Layout.NHWGC)
+        assert work is not None  # cell_allows
+        tpr, groups, per = work
+        return params.template_values() | {
+            "tin": cpp_type(dtype.tensor), "channels_last": "true" if layout is Layout.NHWGC else "false",
+            "tpr": tpr, "groups": groups, "per_thread": per}
+
+    def launch_plan(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
+        grid = (math.ceil(problem.positions / p.block_m), math.ceil(problem.K / p.block_n), 1)
+        return LaunchPlan((Launch("kf_main", grid, (p.threads, 1, 1), (dwsep_args(problem),),
+                                  shared_bytes=p.shared_bytes(problem.dtype)),))
+
+    def heuristic_score(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> float:
+        # Few channel tiles (each recomputes the depthwise stage), little padding of K and C, full grids,
+        # wide loads.
+        tiles_n = math.ceil(problem.K / p.block_n)
+        used_n = problem.K / (tiles_n * p.block_n)
+        used_k = problem.C / (math.ceil(problem.C / p.block_k) * p.block_k)
+        blocks = math.ceil(problem.positions / p.block_m) * tiles_n
+        wide = 0.3 * (p.vector * problem.dtype.tensor.nbytes == CHUNK_BYTES_MAX)
+        return used_n + used_k + wide + fill_score(blocks, target) - 0.1 * math.log2(tiles_n)
+
+
+@dataclass(frozen=True)
+class FusedMfmaParams(FusedParams):
+    instruction_m: ClassVar[int] = MFMA_TILE
+    instruction_n: ClassVar[int] = MFMA_TILE
+    lanes: ClassVar[int] = WAVE_LANES
+    engine: ClassVar[str] = "mfma"
+
+
+class FusedMfma(MfmaRules, Fused):
+    name = "fused_mfma"
+    params_type = FusedMfmaParams
+    description = "the `fused` kernel on AMD CDNA matrix cores (MFMA, 64-lane wavefronts; fp32 on the fp32 instruction)"
+
+    def why_not(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
+        return self.bf16_refusal(problem, target) or super().why_not(p, problem, target)
+

@@ -1,0 +1,156 @@
+"""dwsep_conv_fwd problems: the --problem spelling, its defaults and keys, one-line errors naming the field,
+the cells that have kernels, and the public suite's cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from factory import api
+from factory.bench.model import BenchError
+from factory.bench.suite import expand, load_suite
+from factory.ops import solver_for
+from factory.ops.dwsep_conv_fwd import SOLVER, Activation, DwsepProblem, parse_dwsep_problem
+from factory.problem import (
+    DType, InvalidProblem, KernelFactoryError, Layout, Op, ProblemSyntaxError, UnsupportedProblem,
+)
+from factory.selector import problem_from_key
+
+SPEC = "N=64,C=64,K=128,input=112x112,filter=3x3,stride=1,pad=1,dilation=1"
+CANONICAL = "N=64,C=64,K=128,input=112x112,filter=3x3,stride=1x1,pad=1x1,dilation=1x1"
+SUPPORTED = ("supported: ngchw/bf16: 1D,2D,3D; ngchw/fp16: 1D,2D,3D; ngchw/fp32: 1D,2D,3D; "
+             "nhwgc/bf16: 1D,2D,3D; nhwgc/fp16: 1D,2D,3D; nhwgc/fp32: 1D,2D,3D")
+
+
+def parse(spec: str, layout: Layout = Layout.NHWGC, dtype: DType = DType.FP16) -> DwsepProblem:
+    return parse_dwsep_problem(spec, layout, dtype)
+
+
+def test_the_op_module_parses_its_problems():
+    assert solver_for(Op.DWSEP_CONV_FWD) is SOLVER
+    assert SOLVER.parse_problem(SPEC, Layout.NGCHW, DType.BF16) == parse(SPEC, Layout.NGCHW, DType.BF16)
+
+
+def test_spec_and_key_round_trip():
+    p = parse(SPEC)
+    assert (p.N, p.C, p.K, p.input, p.filter, p.output, p.ndim) == (64, 64, 128, (112, 112), (3, 3), (112, 112), 2)
+    assert p.spec() == CANONICAL
+    assert p.key == f"dwsep_conv_fwd:nhwgc:fp16:2d:{CANONICAL}"
+    again = parse(p.spec())
+    assert again == p and again.key == p.key and hash(again) == hash(p)
+    assert problem_from_key(p.key) == p  # how the tuning DB reads a stored key back
+
+
+@pytest.mark.parametrize("extra, suffix", [
+    ("bias_dw=1,bias_pw=1", ",bias_dw=1,bias_pw=1"),
+    ("act_pw=relu,bias_pw=1,act_dw=relu6", ",bias_pw=1,act_dw=relu6,act_pw=relu"),  # canonical order
+    ("act_dw=RELU6", ",act_dw=relu6"),
+    ("bias_dw=0,bias_pw=0,act_dw=none,act_pw=none", ""),  # the defaults spell nothing: the same key
+])
+def test_biases_and_activations_in_the_key(extra, suffix):
+    p = parse(f"{SPEC},{extra}", Layout.NGCHW, DType.FP32)
+    assert p.spec() == CANONICAL + suffix and p.key == f"dwsep_conv_fwd:ngchw:fp32:2d:{CANONICAL}{suffix}"
+    assert parse(p.spec(), Layout.NGCHW, DType.FP32) == p and problem_from_key(p.key) == p
+    assert (p == parse(SPEC, Layout.NGCHW, DType.FP32)) == (suffix == "")
+
+
+def test_defaults_and_one_number_for_every_dim():
+    p = parse("N=2,C=8,K=4,input=9x10x11,filter=3")
+    assert p.filter == (3, 3, 3) and p.stride == (1, 1, 1) and p.pad == (0, 0, 0) and p.dilation == (1, 1, 1)
+    assert (p.bias_dw, p.bias_pw, p.act_dw, p.act_pw) == (False, False, Activation.NONE, Activation.NONE)
+    assert (p.layout, p.dtype) == (Layout.NHWGC, DType.FP16) and p.output == (7, 8, 9)
+    q = parse("N=2,C=8,K=4,input=9x10,filter=3x5,stride=2,pad=1x2,dilation=2x1")
+    assert q.stride == (2, 2) and q.pad == (1, 2) and q.dilation == (2, 1) and q.output == (4, 5)
+    one = parse("N=1,C=3,K=5,input=100,filter=31,pad=15")
+    assert one.ndim == 1 and one.output == (100,) and one.key.startswith("dwsep_conv_fwd:nhwgc:fp16:1d:")
+    built = DwsepProblem(N=2, C=8, K=4, input=(9, 10), filter=(3, 5), stride=(2, 2), pad=(1, 2), dilation=(2, 1))
+    assert built == q
+
+
+def test_shapes_and_sizes():
+    p = parse("N=2,C=8,K=4,input=9x10,filter=3x3,pad=1,stride=2", Layout.NHWGC)
+    assert p.activation("C") == ((2, 9, 10, 8), "NHWC") and p.activation("K") == ((2, 5, 5, 4), "NHWK")
+    q = parse("N=2,C=8,K=4,input=6x9x10,filter=3,pad=1", Layout.NGCHW)
+    assert q.activation("C") == ((2, 8, 6, 9, 10), "NCDHW") and q.depthwise_weight() == ((8, 3, 3, 3), "CZYX")
+    assert p.positions == 2 * 25 and p.macs == 2 * 25 * 8 * 4 and p.depthwise_macs == 2 * 25 * 8 * 9
+
+
+@pytest.mark.parametrize("spec, error, field, says", [
+    (SPEC + ",act_dw=gelu", ProblemSyntaxError, None, "bad token act_dw='gelu' in problem: choose one of none, relu, relu6"),
+    (SPEC + ",act_pw=", ProblemSyntaxError, None, "act_pw=''"),
+    (SPEC + ",bias_dw=2", InvalidProblem, "bias_dw", "invalid bias_dw: must be 0 or 1, got 2"),
+    (SPEC + ",bias_pw=-1", InvalidProblem, "bias_pw", "invalid bias_pw: must be 0 or 1"),
+    (SPEC + ",bias_dw=yes", ProblemSyntaxError, None, "bias_dw='yes'"),
+    ("N=2,C=8,K=4,input=2x2,filter=5x5,pad=1", InvalidProblem, "filter", "extent 5 exceeds padded input 4"),
+    ("N=2,C=8,K=4,input=5x5,filter=3x3,dilation=3", InvalidProblem, "filter", "extent 7 exceeds padded input 5"),
+    ("N=2,C=8,input=9x9,filter=3x3", ProblemSyntaxError, None, "missing K"),
+    ("N=2,C=8,K=4,filter=3x3", ProblemSyntaxError, None, "missing input"),
+    ("N=0,C=8,K=4,input=9x9,filter=3x3", InvalidProblem, "N", "invalid N"),
+    ("N=2,C=8,K=0,input=9x9,filter=3x3", InvalidProblem, "K", "invalid K"),
+    ("N=2,C=8,K=4,input=9x9,filter=3x3,stride=0", InvalidProblem, "stride", "invalid stride"),
+    ("N=2,C=8,K=4,input=9x9,filter=3x3,pad=-1", InvalidProblem, "pad", "invalid pad"),
+    ("N=2,C=8,K=4,input=9x9,filter=3x3x3", InvalidProblem, "filter", "needs 2 entries"),
+    ("N=2,C=8,K=4,input=9x9x9x9,filter=3", InvalidProblem, "input", "1, 2 or 3 spatial sizes"),
+    (SPEC + ",G=1", ProblemSyntaxError, None, "unknown field 'G'"),
+    (SPEC + ",alpha=2", ProblemSyntaxError, None, "unknown field 'alpha'"),  # no output epilogue
+    (SPEC + ",N=3", ProblemSyntaxError, None, "given twice"),
+])
+def test_bad_problems_are_one_line_errors_naming_the_field(spec, error, field, says):
+    with pytest.raises(error) as info:
+        parse(spec)
+    assert isinstance(info.value, KernelFactoryError)
+    message = str(info.value)
+    assert says in message and "\n" not in message
+    if field is not None:
+        assert info.value.field == field and message.startswith(f"invalid {field}:")
+
+
+@pytest.mark.parametrize("name, value", [
+    ("bias_dw", 1), ("act_pw", "relu"), ("input", [8, 8]), ("filter", (0, 3)), ("C", True), ("layout", "nhwgc"),
+])
+def test_direct_construction_validates(name, value):
+    fields = dict(N=1, C=2, K=3, input=(8, 8), filter=(3, 3), stride=(1, 1), pad=(1, 1), dilation=(1, 1))
+    with pytest.raises(InvalidProblem) as info:
+        DwsepProblem(**(fields | {name: value}))
+    assert info.value.field == name
+
+
+@pytest.mark.parametrize("layout, dtype", [
+    (Layout.GNHWC, DType.FP16), (Layout.NGCHW_GKYXC, DType.BF16), (Layout.NHWGC, DType.INT8),
+    (Layout.NGCHW, DType.BF16_FP32W),
+])
+def test_cells_without_kernels_list_the_supported_ones(layout, dtype):
+    p = parse(SPEC, layout, dtype)  # a valid problem, in a cell no family covers
+    with pytest.raises(UnsupportedProblem) as info:
+        api.lookup(p)
+    message = str(info.value)
+    assert message == f"dwsep_conv_fwd has no kernels for {layout.value}/{dtype.value}/2D; {SUPPORTED}"
+
+
+@pytest.mark.parametrize("layout", [Layout.NHWGC, Layout.NGCHW])
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16, DType.FP32])
+@pytest.mark.parametrize("spec", [SPEC, "N=8,C=96,K=96,input=4096,filter=31,pad=15,act_pw=relu",
+                                  "N=2,C=24,K=48,input=8x28x28,filter=3x3x3,stride=1x2x2,pad=1,bias_dw=1"])
+def test_every_supported_cell_has_instances(layout, dtype, spec):
+    p = parse(spec, layout, dtype)
+    assert api.lookup(p) and all(i.op is Op.DWSEP_CONV_FWD and i.cell_matches(p) for i in api.lookup(p))
+
+
+def test_public_suite_cases_parse():
+    suite = load_suite()
+    cases = [c for c in suite.cases if c.op is Op.DWSEP_CONV_FWD]
+    assert cases, "the public suite has dwsep_conv_fwd cases"
+    items = expand(suite, [Op.DWSEP_CONV_FWD])
+    assert len(items) == sum(len(c.dtypes) * len(c.layouts) for c in cases)
+    for item in items:
+        problem = SOLVER.parse_problem(item.case.spec(), item.layout, item.dtype)
+        assert isinstance(problem, DwsepProblem) and item.problem == problem
+        assert api.lookup(problem), problem.key
+    assert {i.case.name for i in items} >= {"mnv1_b64", "mnv1_b1024"}
+
+
+def test_suite_refuses_a_layout_without_kernels(tmp_path):
+    path = tmp_path / "suite.toml"
+    path.write_text('dwsep_conv_fwd = [ { name = "x", N = 1, C = 4, K = 8, input = [8, 8], filter = [3, 3], '
+                    'layouts = ["GNHWC"] } ]\n')
+    with pytest.raises(BenchError, match="dwsep_conv_fwd is benchmarked in NHWGC, NGCHW only"):
+        load_suite(path)

@@ -31,6 +31,7 @@ CELLS = frozenset((layout, dtype, ndim) for layout in LAYOUTS for dtype in DTYPE
 INT32_LIMIT = 2**31 - 1
 GRID_Y_LIMIT = 65535
 STAGES = 2
+PREFETCH_REGISTERS = 48  # 32-bit registers a thread may hold a step's depthwise inputs in
 ACTIVATION_CODES = {Activation.NONE: 0, Activation.RELU: 1, Activation.RELU6: 2}
 DWSEP_ARGS = "kf_dwsep_args"  # templates/common/args.h
 
@@ -90,12 +91,28 @@ class FusedParams:
 
     def shared_bytes(self, dtype: DType) -> int:
         """Two stages of A ([m][k] or [k][m]) and B ([n][k]) tiles, rows padded by 16 bytes (igemm.h
-        Config), then the chunk's depthwise weights and biases in fp32."""
+        Config), the output tile; then two buffers of a chunk's depthwise
+        weights and biases in fp32."""
         size = dtype.tensor.nbytes
         pad = 16 // size
         a = max(self.block_m * (self.block_k + pad), self.block_k * (self.block_m + pad))
         b = self.block_n * (self.block_k + pad)
-        return STAGES * (a + b) * size + (math.prod(self.compiled.filter) + 1) * self.block_k * 4
+        out = max(self.block_m * (self.block_n + pad), self.block_n * (self.block_m + pad))
+        weights = 2 * (math.prod(self.compiled.filter) + 1) * self.block_k * 4
+        return (STAGES * (a + b) + out) * size + weights
+
+    def prefetch(self, channels_last: bool) -> bool:
+        """Whether a thread's depthwise inputs of a chunk fit PREFETCH_REGISTERS, so they are loaded a
+        step ahead (their latency hidden under the multiplications) rather than just before use."""
+        work = self.work(channels_last)
+        assert work is not None
+        per, width = work[2], (self.vector if channels_last else 1)
+        return per * math.prod(self.compiled.filter) * width * 2 <= PREFETCH_REGISTERS * 4  # 16-bit worst case
+
+    @property
+    def min_blocks(self) -> int:
+        """Blocks per multiprocessor the launch bounds ask for (a register cap of 128 per thread)."""
+        return max(1, 512 // self.threads)
 
     def suffix(self) -> str:
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
@@ -105,7 +122,8 @@ class FusedParams:
         shape = self.compiled
         values: dict[str, Any] = {
             "engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
-            "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "vector": self.vector}
+            "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "vector": self.vector,
+            "min_blocks": self.min_blocks}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
         return values
@@ -178,10 +196,11 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         tpr, groups, per = work
         return params.template_values() | {
             "tin": cpp_type(dtype.tensor), "channels_last": "true" if layout is Layout.NHWGC else "false",
-            "tpr": tpr, "groups": groups, "per_thread": per}
+            "tpr": tpr, "groups": groups, "per_thread": per,
+            "prefetch": "true" if params.prefetch(layout is Layout.NHWGC) else "false"}
 
     def launch_plan(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
-        grid = (math.ceil(problem.positions / p.block_m), math.ceil(problem.K / p.block_n), 1)
+        grid = (_blocks_m(p, problem, target), math.ceil(problem.K / p.block_n), 1)
         return LaunchPlan((Launch("kf_main", grid, (p.threads, 1, 1), (dwsep_args(problem),),
                                   shared_bytes=p.shared_bytes(problem.dtype)),))
 
@@ -191,7 +210,7 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         tiles_n = math.ceil(problem.K / p.block_n)
         used_n = problem.K / (tiles_n * p.block_n)
         used_k = problem.C / (math.ceil(problem.C / p.block_k) * p.block_k)
-        blocks = math.ceil(problem.positions / p.block_m) * tiles_n
+        blocks = math.ceil(problem.positions / p.block_m) * tiles_n  # tiles: what the blocks share out
         wide = 0.3 * (p.vector * problem.dtype.tensor.nbytes == CHUNK_BYTES_MAX)
         return used_n + used_k + wide + fill_score(blocks, target) - 0.1 * math.log2(tiles_n)
 
@@ -212,3 +231,9 @@ class FusedMfma(MfmaRules, Fused):
     def why_not(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         return self.bf16_refusal(problem, target) or super().why_not(p, problem, target)
 
+
+def _blocks_m(p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> int:
+    """Blocks along the position tiles: one per tile. (The kernel lets a block take every gridDim.x-th
+    tile, its next tile's inputs loading under the current one's multiplications; one wave of resident
+    blocks that way measured slower on the H100: bench/NOTES.md §24.)"""
+    return math.ceil(problem.positions / p.block_m)

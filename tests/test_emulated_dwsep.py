@@ -1,0 +1,133 @@
+"""dwsep_conv_fwd kernels run on the host (kernel_emulator) against the numpy reference, without a GPU.
+
+The cases reach both families (fused_mfma picked for gfx90a), both layouts, every dtype and rank, odd C
+and K, stride 2, dilation, padding past the filter's half, N=1, biases and each activation. One case runs
+with fewer blocks than position tiles (each block then takes several tiles in turn, its next tile's
+inputs loaded ahead), and a broken launch plan (a channel tile left out) shows the checks can fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+import kernel_emulator
+from factory.catalog import Instance
+from factory.device import TARGETS
+from factory.ops.base import Launch
+from factory.ops.dwsep_conv_fwd import SOLVER, DwsepProblem
+from factory.problem import DType, Layout
+from factory.selector import lookup
+
+pytestmark = pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
+
+L, D = Layout, DType
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    family: str
+    layout: Layout
+    dtype: DType
+    spec: str
+    pick: Callable[[Any], bool] | None = None
+
+    @property
+    def problem(self) -> DwsepProblem:
+        return SOLVER.parse_problem(self.spec, self.layout, self.dtype)
+
+
+CASES = [
+    Case("fused-nhwgc-fp16-2d-s2", "fused", L.NHWGC, D.FP16,
+         "N=2,C=24,K=40,input=9x7,filter=3x3,stride=2,pad=1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu",
+         lambda p: p.vector == 8),
+    Case("fused-ngchw-bf16-2d-odd", "fused", L.NGCHW, D.BF16, "N=1,C=17,K=13,input=6x5,filter=3x3,pad=2,dilation=2"),
+    Case("fused-nhwgc-fp32-1d", "fused", L.NHWGC, D.FP32, "N=2,C=8,K=20,input=11,filter=5,stride=2,pad=2,act_pw=relu6",
+         lambda p: p.vector == 4),
+    Case("fused-ngchw-fp32-3d", "fused", L.NGCHW, D.FP32, "N=1,C=16,K=9,input=3x5x4,filter=3x1x3,pad=1x0x1,bias_pw=1"),
+    Case("fused-nhwgc-bf16-3d-odd", "fused", L.NHWGC, D.BF16, "N=1,C=5,K=7,input=4x4x5,filter=3x3x3,pad=1,act_dw=relu",
+         lambda p: p.vector == 1),
+    Case("fused-ngchw-fp16-1d-7", "fused", L.NGCHW, D.FP16, "N=4,C=40,K=36,input=100,filter=7,pad=3,bias_dw=1",
+         lambda p: p.block_k == 32),
+    Case("fused_mfma-nhwgc-fp16-2d", "fused_mfma", L.NHWGC, D.FP16, "N=2,C=24,K=20,input=7x6,filter=3x3,pad=1,bias_pw=1",
+         lambda p: p.vector == 8),
+    Case("fused_mfma-ngchw-bf16-1d", "fused_mfma", L.NGCHW, D.BF16, "N=1,C=12,K=18,input=21,filter=5,stride=2,pad=2"),
+    Case("fused_mfma-nhwgc-fp32-3d", "fused_mfma", L.NHWGC, D.FP32, "N=1,C=8,K=8,input=3x4x4,filter=1x3x3,pad=0x1x1,act_pw=relu6",
+         lambda p: p.vector == 4),
+]
+
+
+def pick_instance(case: Case) -> Instance:
+    target = TARGETS["gfx90a"] if case.family == "fused_mfma" else TARGETS["sm_90a"]
+    return kernel_emulator.pick_for_case(
+        case.id, (i for i in lookup(case.problem, target=target)
+                  if i.family == case.family and (case.pick is None or case.pick(i.params))),
+        f"{case.family} instance computes {case.spec}")
+
+
+@pytest.fixture(scope="module")
+def picked() -> dict[str, Instance]:
+    return kernel_emulator.pick_and_prebuild(CASES, pick_instance)
+
+
+def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:
+    for family in SOLVER.families:
+        cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}
+        supported = SOLVER.supported_cells(family)
+        for axis in range(3):
+            assert {cell[axis] for cell in cells} == {cell[axis] for cell in supported}, (family, axis)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_emulated_dwsep_matches_reference(case: Case, picked: dict[str, Instance]) -> None:
+    inst = picked[case.id]
+    verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
+    assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+
+
+def _grid_x(plan: Any, size: Callable[[int], int]) -> Any:
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_main":
+            gx, gy, gz = step.grid
+            return dataclasses.replace(step, grid=(size(gx), gy, gz))
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+def test_blocks_that_take_several_tiles_compute_the_same(picked: dict[str, Instance],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A third of the blocks (rounded up): each takes every gridDim.x-th position tile, the next tile's
+    depthwise inputs loaded under the current one's multiplications."""
+    case = next(c for c in CASES if c.id == "fused-ngchw-fp16-1d-7")
+    right = kernel_emulator._plan
+    assert right(picked[case.id], case.problem).steps[0].grid[0] >= 3
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid_x(right(i, p), lambda gx: math.ceil(gx / 3)))
+    verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
+    assert verdict.ok, verdict.message
+
+
+def test_emulator_catches_a_broken_launch_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One block fewer along the output channels: the last channel tile is never written and stays
+    poisoned. (Fewer blocks along the positions is no breakage: blocks stride over the tiles.)"""
+    case = CASES[0]
+    inst = next(i for i in lookup(case.problem, target=TARGETS["sm_90a"]) if i.family == "fused" and i.params.block_n == 32)
+    right = kernel_emulator._plan
+    assert right(inst, case.problem).steps[0].grid[1] == 2
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid_y_minus_one(right(i, p)))
+    verdict = kernel_emulator.check_instance(inst, case.problem)
+    assert not verdict.ok and "not finite" in verdict.message, verdict.message
+
+
+def _grid_y_minus_one(plan: Any) -> Any:
+    def change(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_main":
+            gx, gy, gz = step.grid
+            return dataclasses.replace(step, grid=(gx, gy - 1, gz))
+        return step
+    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))

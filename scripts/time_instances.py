@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 
 import torch
 
@@ -20,7 +21,7 @@ from factory.compile_cache import CompileJob, compile_many
 from factory.device import target_for
 from factory.ops import solver_for
 from factory.ops.base import Role
-from factory.problem import DType, Layout, Op
+from factory.problem import DType, KernelFactoryError, Layout, Op
 from factory.selector import lookup
 from factory.sources import source_of
 
@@ -43,6 +44,11 @@ def timed(fn, flush: torch.Tensor, reps: int = 20) -> float:
     return statistics.median(times)
 
 
+def fail(message: str) -> None:
+    print(f"time_instances: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("op", "layout", "dtype", "spec"):
@@ -50,16 +56,19 @@ def main() -> None:
     parser.add_argument("--family")
     parser.add_argument("--top", type=int, default=0)
     args = parser.parse_args()
-    solver = solver_for(Op(args.op))
-    problem = solver.parse_problem(args.spec, Layout.parse(args.layout), DType.parse(args.dtype))
+    try:
+        solver = solver_for(Op.parse(args.op))
+        problem = solver.parse_problem(args.spec, Layout.parse(args.layout), DType.parse(args.dtype))
+    except KernelFactoryError as exc:
+        fail(str(exc))
     torch.backends.cudnn.benchmark = True
-    kernel0 = None
     candidates = [c for c in lookup(problem) if args.family in (None, c.family)]
     if args.top:
         target = target_for(select(problem, mode=SelectMode.HEURISTIC).backend.device_info())
         candidates = sorted(candidates, key=lambda c: -solver.heuristic_score(c.family, c.params, problem, target))[:args.top]
-    for c in candidates[:1]:
-        kernel0 = select(problem, mode=SelectMode.FORCE, instance=c.name)
+    if not candidates:
+        fail(f"no {args.family or 'instance'} applies to {problem.key}")
+    kernel0 = select(problem, mode=SelectMode.FORCE, instance=candidates[0].name)
     arch = kernel0.backend.device_info().arch
     compile_many(BackendKind.CUDA, [CompileJob(c.name, source_of(c).text, c.compile_arch(arch)) for c in candidates])
     specs = list(solver.tensors(problem))

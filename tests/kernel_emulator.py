@@ -260,3 +260,12 @@ def pick_and_prebuild(cases: Sequence[Any], pick: Any) -> dict[str, Instance]:
     chosen = {case.id: pick(case) for case in cases}
     prebuild([(chosen[c.id], c.problem) for c in cases])
     return chosen
+
+
+def assert_cases_cover_cells(solver: Any, cases: Sequence[Any], picked: Mapping[str, Instance]) -> None:
+    """Every family's picked instances reach each layout, each dtype and each rank the family supports."""
+    for family in solver.families:
+        cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in cases if c.family == family}
+        supported = solver.supported_cells(family)
+        for axis in range(3):
+            assert {cell[axis] for cell in cells} == {cell[axis] for cell in supported}, (family, axis)

@@ -130,11 +130,7 @@ def picked() -> dict[str, Instance]:
 
 
 def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:
-    for family in SOLVER.families:
-        cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}
-        supported = SOLVER.supported_cells(family)
-        for axis in range(3):
-            assert {cell[axis] for cell in cells} == {cell[axis] for cell in supported}, (family, axis)
+    kernel_emulator.assert_cases_cover_cells(SOLVER, CASES, picked)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

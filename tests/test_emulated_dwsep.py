@@ -77,11 +77,7 @@ def picked() -> dict[str, Instance]:
 
 
 def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instance]) -> None:
-    for family in SOLVER.families:
-        cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}
-        supported = SOLVER.supported_cells(family)
-        for axis in range(3):
-            assert {cell[axis] for cell in cells} == {cell[axis] for cell in supported}, (family, axis)
+    kernel_emulator.assert_cases_cover_cells(SOLVER, CASES, picked)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -91,11 +87,12 @@ def test_emulated_dwsep_matches_reference(case: Case, picked: dict[str, Instance
     assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
 
 
-def _grid_x(plan: Any, size: Callable[[int], int]) -> Any:
+def _grid(plan: Any, x: Callable[[int], int] = lambda v: v, y: Callable[[int], int] = lambda v: v) -> Any:
+    """The plan with its main launch's grid resized along x and y."""
     def change(step: Any) -> Any:
         if isinstance(step, Launch) and step.entry == "kf_main":
             gx, gy, gz = step.grid
-            return dataclasses.replace(step, grid=(size(gx), gy, gz))
+            return dataclasses.replace(step, grid=(x(gx), y(gy), gz))
         return step
     return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
 
@@ -107,7 +104,7 @@ def test_blocks_that_take_several_tiles_compute_the_same(picked: dict[str, Insta
     case = next(c for c in CASES if c.id == "fused-ngchw-fp16-1d-7")
     right = kernel_emulator._plan
     assert right(picked[case.id], case.problem).steps[0].grid[0] >= 3
-    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid_x(right(i, p), lambda gx: math.ceil(gx / 3)))
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid(right(i, p), x=lambda gx: math.ceil(gx / 3)))
     verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
     assert verdict.ok, verdict.message
 
@@ -119,15 +116,7 @@ def test_emulator_catches_a_broken_launch_plan(monkeypatch: pytest.MonkeyPatch) 
     inst = next(i for i in lookup(case.problem, target=TARGETS["sm_90a"]) if i.family == "fused" and i.params.block_n == 32)
     right = kernel_emulator._plan
     assert right(inst, case.problem).steps[0].grid[1] == 2
-    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid_y_minus_one(right(i, p)))
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid(right(i, p), y=lambda gy: gy - 1))
     verdict = kernel_emulator.check_instance(inst, case.problem)
     assert not verdict.ok and "not finite" in verdict.message, verdict.message
 
-
-def _grid_y_minus_one(plan: Any) -> Any:
-    def change(step: Any) -> Any:
-        if isinstance(step, Launch) and step.entry == "kf_main":
-            gx, gy, gz = step.grid
-            return dataclasses.replace(step, grid=(gx, gy - 1, gz))
-        return step
-    return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))

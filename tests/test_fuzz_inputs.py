@@ -252,8 +252,10 @@ def test_problem_strings_parse_or_raise_the_documented_error(case: tuple[Op, str
     check_lookup(problem)
 
 
-@pytest.mark.parametrize("op", [o for o in Op if o not in SOLVERS], ids=lambda o: o.value)
-def test_ops_without_kernels_are_unsupported_naming_the_implemented_ones(op: Op) -> None:
+def test_ops_without_kernels_are_unsupported_naming_the_implemented_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every op has a solver today; an op whose solver is not registered must still be refused by name.
+    op = Op.CONV_BWD_DATA
+    monkeypatch.delitem(SOLVERS, op)
     with pytest.raises(UnsupportedProblem) as info:
         solver_for(op)
     assert f"{op.value} has no kernels yet" in str(info.value)
@@ -489,8 +491,8 @@ ARG_JUNK = st.text(alphabet=st.characters(exclude_categories=("Cs", "Cc", "Zl", 
 
 @st.composite
 def cli_args(draw: st.DrawFn, flags: tuple[str, ...], switches: tuple[str, ...] = (), min_mutations: int = 0) -> list[str]:
-    """A valid command line's flags in random order, then 0-2 mutations: a junk value, an op without
-    kernels, a family of another op, a dropped flag, an unknown flag, a flag without its value, a stray
+    """A valid command line's flags in random order, then 0-2 mutations: a junk value, an op that does not
+    exist, a family of another op, a dropped flag, an unknown flag, a flag without its value, a stray
     argument."""
     op = draw(st.sampled_from(implemented_ops()))
     solver = SOLVERS[op]
@@ -506,7 +508,7 @@ def cli_args(draw: st.DrawFn, flags: tuple[str, ...], switches: tuple[str, ...] 
         "--reps": st.sampled_from(["5", "25"]),
     }
     bad: dict[str, st.SearchStrategy[str]] = {
-        "--op": st.one_of(st.sampled_from([o.value for o in Op if o not in SOLVERS]), ARG_JUNK),
+        "--op": st.one_of(st.sampled_from(["conv_fwd", "conv_bwd", "dwsep", "groupnorm_fwd"]), ARG_JUNK),
         "--layout": st.one_of(st.sampled_from(["NCHW", "nhwc", "NHWGC/GKYXC", ""]), ARG_JUNK),
         "--dtype": st.one_of(st.sampled_from(["fp64", "int4", "bf16_fp32", ""]), ARG_JUNK),
         "--ndim": st.sampled_from(["0", "4", "-1", "x", "", "2.0", "1_0"]),

@@ -2,6 +2,8 @@
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from factory.api import SelectMode, select
 from factory.backends import BackendKind
 from factory.compile_cache import CompileJob, compile_many
@@ -10,13 +12,33 @@ from factory.bench.runner import make_tensors, poison
 from factory.ops import solver_for
 from factory.ops.base import Role
 from factory.problem import UnsupportedProblem
+from factory.verify import Verdict, reference_outputs, verify
 from factory.sources import source_of
+
+
+def exact_host_values(tensor: Any) -> np.ndarray:
+    """A CUDA tensor's exact values as a float64 (or int64) host array, as references take them."""
+    if tensor.is_floating_point():
+        return tensor.detach().double().cpu().numpy()  # bf16 and fp16 widen exactly
+    return tensor.detach().cpu().numpy().astype(np.int64)
+
+
+def matches_reference(solver: Any, problem: Any, specs: Sequence[Any], tensors: dict) -> Verdict:
+    """Our outputs against the float64 reference on the same inputs: the arbiter when PyTorch and we
+    disagree (PyTorch's own result is not exact either; bf16 9x9 depthwise-separable blocks, for one,
+    put its two rounded calls further from the exact result than our one rounding)."""
+    values = {s.name: exact_host_values(tensors[s.name]) for s in specs if s.role is Role.INPUT}
+    ref, abs_ref = reference_outputs(solver, problem, values)
+    outputs = {s.name: exact_host_values(tensors[s.name]) for s in specs if s.role is Role.OUTPUT}
+    return verify(solver, problem, outputs, ref, abs_ref)
 
 
 def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int) -> tuple[int, list[str]]:
     """Each (problem, instance) through Kernel.run on fresh random CUDA tensors (outputs poisoned first),
-    then checked against the op's PyTorch baseline on the same inputs. Returns how many ran and one line
-    per disagreement; a problem PyTorch cannot compute is left out."""
+    then checked against the op's PyTorch baseline on the same inputs. Where the two disagree beyond the
+    agreement bound, the float64 reference decides: ours must match it within the op's verification
+    tolerance. Returns how many ran and one line per failure; a problem PyTorch cannot compute is left
+    out."""
     import torch
 
     # Compile in worker processes first (the compile cache then serves select()).
@@ -39,8 +61,14 @@ def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int
         torch.cuda.synchronize()
         agreement = compare_outputs(specs, tensors, baseline.outputs(), agreement_floor(problem.dtype))
         ran += 1
-        if not agreement.ok:
-            failures.append(f"{inst.name} on {problem.key}: {agreement.message}")
+        if agreement.ok:
+            continue
+        verdict = matches_reference(solver, problem, specs, tensors)
+        if verdict.ok:
+            print(f"{inst.name} on {problem.key}: PyTorch differs ({agreement.message}); ours matches "
+                  f"the float64 reference ({verdict.worst_ratio:.2f}x of the tolerance)")
+        else:
+            failures.append(f"{inst.name} on {problem.key}: {agreement.message}; against the reference: {verdict.message}")
     return ran, failures
 
 

@@ -91,14 +91,14 @@ class FusedParams:
 
     def shared_bytes(self, dtype: DType) -> int:
         """Two stages of A ([m][k] or [k][m]) and B ([n][k]) tiles, rows padded by 16 bytes (igemm.h
-        Config), the output tile; then two buffers of a chunk's depthwise
-        weights and biases in fp32."""
+        Config), the output tile; then two buffers of a chunk's depthwise weights and biases and the
+        block's pointwise biases, in fp32."""
         size = dtype.tensor.nbytes
         pad = 16 // size
         a = max(self.block_m * (self.block_k + pad), self.block_k * (self.block_m + pad))
         b = self.block_n * (self.block_k + pad)
         out = max(self.block_m * (self.block_n + pad), self.block_n * (self.block_m + pad))
-        weights = 2 * (math.prod(self.compiled.filter) + 1) * self.block_k * 4
+        weights = (2 * (math.prod(self.compiled.filter) + 1) * self.block_k + self.block_n) * 4
         return (STAGES * (a + b) + out) * size + weights
 
     def prefetch(self, channels_last: bool) -> bool:

@@ -34,7 +34,7 @@ from .nearest import nearest_choice
 from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, served_choice
 from . import sources
 from .sources import hash_of, source_of
-from .tuner import Progress, TuneSettings, retry_on_resume, tune
+from .tuner import Progress, TuneSettings, TuneTimes, retry_on_resume, tune_timed
 from tuning_db import DEFAULT_DB_ENV, Measurement, TuningDB, Winner
 
 __all__ = [
@@ -52,6 +52,13 @@ class TuneOutcome:
     measurements: list[Measurement]  # one per candidate: measured now, or the stored one a resumed run kept
     winner: Winner | None
     reused: int = 0  # candidates not measured again because this device already has their measurement
+    pruned: int = 0  # applicable candidates a budget left unmeasured
+    times: TuneTimes = TuneTimes()  # where this run's wall time went
+
+    @property
+    def measured(self) -> int:
+        """Candidates measured by this run (not reused, not pruned)."""
+        return len(self.measurements) - self.reused
 
 
 # How a deferred tune stores its results: finish(measurements, eligible, since) -> the winner.
@@ -90,6 +97,7 @@ def tune_problem(
     db = db or default_db()
     device = backend.device_info()
     candidates = _candidates(problem, device)
+    applicable = len(candidates)
     if budget is not None:
         if budget < 1:
             raise ValueError(f"budget {budget} must be at least 1 candidate")
@@ -100,13 +108,15 @@ def tune_problem(
     if stored and on_resume is not None:
         on_resume(len(stored), len(candidates))
     hooks = progress if finish is not None else _storing(progress, db, problem, device, code)
-    measured = [_stamped(m, code) for m in tune(problem, candidates, backend, settings, hooks, frozenset(stored))]
+    taken, times = tune_timed(problem, candidates, backend, settings, hooks, frozenset(stored))
+    measured = [_stamped(m, code) for m in taken]
     if finish is not None:
         winner = finish(measured, code, since)
     else:
         winner = db.decide(problem.key, device, code, since)
     latest = stored | {m.instance: m for m in measured}
-    return TuneOutcome([latest[c.name] for c in candidates if c.name in latest], winner, len(stored))
+    return TuneOutcome([latest[c.name] for c in candidates if c.name in latest], winner, len(stored),
+                       applicable - len(candidates), times)
 
 
 def rank_candidates(problem: Any, candidates: Sequence[Instance], target: Any) -> list[Instance]:

@@ -238,8 +238,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             same_cell = [r for r in rejected if r.instance.cell_matches(problem)]
             other = len(rejected) - len(same_cell)
             table = Table(title=f"not applicable in this cell ({len(same_cell)}); {other} more are for other layouts/dtypes/ranks")
-            table.add_column("instance")
-            table.add_column("why not")
+            table.add_column("instance", overflow="fold")
+            table.add_column("why not", overflow="fold")
             for r in same_cell:
                 table.add_row(r.instance.name, r.reason)
             console.print(table)
@@ -271,7 +271,7 @@ def _print_families(op: Op, names: set[str]) -> None:
 
 def _print_instances(instances: Sequence[Instance], title: str) -> None:
     table = Table(title=title)
-    table.add_column("instance")
+    table.add_column("instance", overflow="fold")
     table.add_column("family")
     for inst in instances:
         table.add_row(inst.name, inst.family)
@@ -299,13 +299,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "device": backend.device_info().__dict__ | {"backend": backend.device_info().backend.value},
             "winner": outcome.winner.instance if outcome.winner else None,
             "reused": outcome.reused,
+            "measured": outcome.measured,
+            "pruned": outcome.pruned,
+            "wall_s": dataclasses.asdict(outcome.times) | {"total_s": outcome.times.total_s},
             "measurements": [m.__dict__ for m in ranked],
         })
         return 0 if outcome.winner else 1
     reused = f" ({outcome.reused} measured in an earlier run)" if outcome.reused else ""
     table = Table(title=f"{problem.key} on {backend.device_info().name}{reused}")
     for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", "verified"):
-        table.add_column(col, justify="right" if col in ("#", "µs", "GB/s", "TFLOP/s") else "left")
+        table.add_column(col, justify="right" if col in ("#", "µs", "GB/s", "TFLOP/s") else "left",
+                         overflow="fold", no_wrap=col in ("#", "µs", "GB/s", "TFLOP/s"))
     for rank, m in enumerate(ranked, 1):
         if m.verified and m.median_us is not None:
             table.add_row(str(rank), m.instance, f"{m.median_us:.2f}", _number(m.gbps, "{:.0f}"),
@@ -313,6 +317,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         else:
             table.add_row(str(rank), m.instance, "-", "-", "-", f"no: {(m.error or '')[:80]}")
     console.print(table)
+    pruned = f", {outcome.pruned} pruned by --budget" if outcome.pruned else ""
+    console.print(f"{outcome.measured} measured, {outcome.reused} reused{pruned}; wall {outcome.times.summary()}")
     if outcome.winner:
         console.print(f"winner: {outcome.winner.instance} {outcome.winner.median_us:.2f} µs (stored)")
         return 0

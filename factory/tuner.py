@@ -71,6 +71,31 @@ class Progress:
     on_worker_restart: Callable[[str, str], None] | None = None  # (candidate that lost the worker, why)
 
 
+@dataclass(frozen=True)
+class TuneTimes:
+    """Wall seconds of one tune by phase, so a slow tune says which phase was slow.
+
+    `reference`: the inputs drawn and the numpy reference computed, once per tune. `verify` and `time`
+    are summed over the candidates as the worker measured them (a run checked against the reference;
+    the timed repetitions). `workers`: the rest of the measuring, chiefly worker processes started
+    and replaced and the hand-over of each candidate.
+    """
+
+    compile_s: float = 0.0
+    reference_s: float = 0.0
+    verify_s: float = 0.0
+    time_s: float = 0.0
+    workers_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.compile_s + self.reference_s + self.verify_s + self.time_s + self.workers_s
+
+    def summary(self) -> str:
+        return (f"{self.total_s:.1f} s: compile {self.compile_s:.1f}, reference {self.reference_s:.1f}, "
+                f"verify {self.verify_s:.1f}, time {self.time_s:.1f}, workers {self.workers_s:.1f}")
+
+
 class FailureCause(enum.Enum):
     """Why a measurement failed, which decides whether a resumed tune measures it again."""
 
@@ -222,6 +247,20 @@ def tune(
     skip: frozenset[str] = frozenset(),
 ) -> list[Measurement]:
     """Measure every candidate (except those named in `skip`); failures are measurements too.
+    tune_timed's measurements, without the wall times."""
+    return tune_timed(problem, candidates, backend, settings, progress, skip)[0]
+
+
+def tune_timed(
+    problem: Any,
+    candidates: Sequence[Instance],
+    backend: Backend,
+    settings: TuneSettings = TuneSettings(),
+    progress: Progress = Progress(),
+    skip: frozenset[str] = frozenset(),
+) -> tuple[list[Measurement], TuneTimes]:
+    """Measure every candidate (except those named in `skip`); failures are measurements too. Also
+    returns where the wall time went.
 
     The parent compiles; with `Isolation.SUBPROCESS` (the default) a worker process, rebuilt from
     `backend.worker_factory()`, holds the device tensors and verifies and times each binary. It is
@@ -234,8 +273,9 @@ def tune(
     todo = [c for c in candidates if c.name not in skip]
     measurements: list[Measurement] = []
     if not todo:
-        return measurements
+        return measurements, TuneTimes()
 
+    started = time.monotonic()
     if progress.on_stage:
         progress.on_stage("compile", len(todo))
     jobs = [CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)) for c in todo]
@@ -246,6 +286,7 @@ def tune(
         on_done=(lambda o: progress.on_compiled(o.name, o.binary is not None)) if progress.on_compiled else None,
     )
 
+    compiled_at = time.monotonic()
     specs = solver.tensors(problem)
     seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
     host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
@@ -254,19 +295,25 @@ def tune(
     min_bytes, macs = solver.traffic(problem)
 
     bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
+    referenced_at = time.monotonic()
+    verify_s = time_s = 0.0
     if progress.on_stage:
         progress.on_stage("benchmark", len(todo))
     with _runner(backend, bench, progress) as runner:
         for cand in todo:
-            outcome = compiled[cand.name]
-            if outcome.binary is None:
-                m = Measurement(cand.name, None, None, 0, False, f"compile: {outcome.error}")
+            compiled_outcome = compiled[cand.name]
+            if compiled_outcome.binary is None:
+                m = Measurement(cand.name, None, None, 0, False, f"compile: {compiled_outcome.error}")
             else:
-                m = runner.measure(cand, outcome.binary)
+                outcome = runner.measure(cand, compiled_outcome.binary)
+                m, verify_s, time_s = outcome.measurement, verify_s + outcome.verify_s, time_s + outcome.time_s
             measurements.append(m)
             if progress.on_measured:
                 progress.on_measured(m)
-    return measurements
+    measuring_s = time.monotonic() - referenced_at
+    times = TuneTimes(compiled_at - started, referenced_at - compiled_at, verify_s, time_s,
+                      max(0.0, measuring_s - verify_s - time_s))
+    return measurements, times
 
 
 @dataclass(frozen=True)
@@ -291,10 +338,13 @@ class Bench:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A measurement, and whether its error left the device context unusable."""
+    """A measurement, whether its error left the device context unusable, and the seconds its
+    verification run and its timed repetitions took."""
 
     measurement: Measurement
     sticky: bool = False
+    verify_s: float = 0.0
+    time_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -326,8 +376,8 @@ class _InProcess:
         self.bench = bench
         self.tensors = DeviceTensors(backend, bench.specs, bench.host)
 
-    def measure(self, cand: Instance, binary: bytes) -> Measurement:
-        return _measure(self.backend, self.bench, cand, binary, self.tensors).measurement
+    def measure(self, cand: Instance, binary: bytes) -> Outcome:
+        return _measure(self.backend, self.bench, cand, binary, self.tensors)
 
     def __enter__(self) -> "_InProcess":
         return self
@@ -346,7 +396,7 @@ class _Isolated:
         self.fastest_us: float | None = None
         self.quickest_job_s: float | None = None
 
-    def measure(self, cand: Instance, binary: bytes) -> Measurement:
+    def measure(self, cand: Instance, binary: bytes) -> Outcome:
         limit = candidate_timeout(self.bench.settings, self.bench.tensor_bytes, self.fastest_us, self.quickest_job_s)
         self.worker.start()  # outside the timed job: a fresh worker's start has its own limit
         started = time.monotonic()
@@ -354,16 +404,16 @@ class _Isolated:
         elapsed = time.monotonic() - started
         if isinstance(reply, WorkerLost):
             self._restarted(cand, str(reply))
-            return Measurement(cand.name, None, None, 0, False, str(reply))
+            return Outcome(Measurement(cand.name, None, None, 0, False, str(reply)))
         m = reply.measurement
         if reply.sticky:
             self.worker.stop()
             self._restarted(cand, m.error or "sticky error")
-            return replace(m, error=f"{m.error} (worker restarted)")
+            return replace(reply, measurement=replace(m, error=f"{m.error} (worker restarted)"))
         if m.verified and m.median_us is not None:
             self.fastest_us = m.median_us if self.fastest_us is None else min(self.fastest_us, m.median_us)
             self.quickest_job_s = elapsed if self.quickest_job_s is None else min(self.quickest_job_s, elapsed)
-        return m
+        return reply
 
     def _restarted(self, cand: Instance, why: str) -> None:
         if self.progress.on_worker_restart:
@@ -394,6 +444,8 @@ def _worker_step(state: _WorkerState, job: _Job) -> Outcome:
 
 def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tensors: DeviceTensors) -> Outcome:
     solver, problem, settings = bench.solver, bench.problem, bench.settings
+    started = time.monotonic()
+    verified_at: float | None = None
     try:
         loaded = LoadedBinary(backend, binary, {})
         plan = solver.launch_plan(cand.family, cand.params, problem, bench.target)
@@ -409,15 +461,23 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
         backend.synchronize()
         got = {s.name: numerics.exact_values(tensors.read(s.name), s.scalar) for s in outputs}
         verdict = verify(solver, problem, got, bench.ref, bench.abs_ref)
+        verified_at = time.monotonic()
         if not verdict.ok:
-            return Outcome(Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}"))
+            return Outcome(Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}"),
+                           verify_s=verified_at - started)
         samples = time_plan(backend, prepared, tensors, settings)
     except BackendError as exc:
-        return Outcome(Measurement(cand.name, None, None, 0, False, f"launch: {exc}"), exc.sticky)
+        ended = time.monotonic()
+        split = verified_at if verified_at is not None else ended  # failed while verifying, or while timing
+        return Outcome(Measurement(cand.name, None, None, 0, False, f"launch: {exc}"), exc.sticky,
+                       verify_s=split - started, time_s=ended - split)
+    assert verified_at is not None
+    verify_s, time_s = verified_at - started, time.monotonic() - verified_at
     median = statistics.median(samples)
     if not (median > 0.0 and median < float("inf")):
         # Events that report no time cannot rank a kernel; a time of 0 would beat every real one.
-        return Outcome(Measurement(cand.name, None, None, len(samples), False, f"timing: median {median!r} us is not a time"))
+        return Outcome(Measurement(cand.name, None, None, len(samples), False, f"timing: median {median!r} us is not a time"),
+                       verify_s=verify_s, time_s=time_s)
     seconds = median * 1e-6
     return Outcome(Measurement(
         cand.name,
@@ -428,4 +488,4 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
         None,
         gbps=bench.min_bytes / seconds / 1e9,
         tflops=2 * bench.macs / seconds / 1e12,
-    ))
+    ), verify_s=verify_s, time_s=time_s)

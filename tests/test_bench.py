@@ -6,9 +6,11 @@ import argparse
 import csv
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -19,7 +21,7 @@ from factory.bench import command as bench_command
 from factory.bench.check import agreement_floor, compare_outputs
 from factory.bench.compare import compare_runs, load_results, print_comparison
 from factory.bench.model import BenchError, BenchItem, Case, Ceilings, Row, Status, Timing
-from factory.bench.report import COLUMNS, geomeans, print_table, record, write_all, write_json
+from factory.bench.report import COLUMNS, geomeans, print_table, record, row_from_record, write_all, write_json
 from factory.bench.runner import Env, bench_item, make_tensors
 from factory.bench.suite import default_suite_path, expand, load_suite, parse_dtypes, parse_ops
 from factory.ops import SOLVERS
@@ -631,3 +633,19 @@ def test_replot_redraws_figures_from_results_json(tmp_path, kfactory):
     assert rc == 0
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["roofline.png", "speedup.png"]
     assert kfactory(["bench", "--replot", str(tmp_path / "missing.json"), "--out", str(tmp_path / "figs")]) == 2
+
+
+def test_a_row_says_how_long_getting_its_kernel_took_and_keeps_it_through_results_json(tmp_path):
+    def slow_tune(problem):
+        time.sleep(0.05)  # a tune, as kernel_for runs one for an untuned problem
+        return ReferenceKernel(problem)
+
+    row = bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(slow_tune))
+    assert row.status is Status.OK and row.tune_s is not None and 0.05 <= row.tune_s < 5.0
+    write_all(tmp_path, [row], None, {})
+    again = row_from_record(json.loads((tmp_path / "results.json").read_text())["rows"][0])
+    assert again.tune_s == pytest.approx(row.tune_s)
+    console = Console(width=200, record=True)
+    print_table(console, [row], None)
+    text = console.export_text()
+    assert "tune s" in text and f"{row.tune_s:.1f}" in text and "getting our kernels" in text

@@ -51,14 +51,14 @@ class Switchboard:
         return DEVICE
 
     def follow(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        for module in (factory.api, factory.recheck):
-            real = module.tune
+        for module, name in ((factory.api, "tune_timed"), (factory.recheck, "tune")):
+            real = getattr(module, name)
 
             def switching(problem, *args, _real=real, **kwargs):
                 self.current = self.gpus[problem.key]
                 return _real(problem, *args, **kwargs)
 
-            monkeypatch.setattr(module, "tune", switching)
+            monkeypatch.setattr(module, name, switching)
 
 
 @pytest.fixture(autouse=True)

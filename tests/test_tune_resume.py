@@ -269,3 +269,50 @@ def test_a_bad_budget_is_a_one_line_error(capsys, text):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "budget" in err[0]
+
+
+def test_a_tune_reports_its_wall_time_by_phase_and_what_it_measured_reused_and_pruned(tmp_path):
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        started = time.monotonic()
+        first = api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=5)
+        wall = time.monotonic() - started
+        assert (first.measured, first.reused, first.pruned) == (5, 0, len(NAMES) - 5)
+        times = first.times
+        # FakeGPU's synchronize sleeps: every candidate's check and timed repetitions take real time.
+        assert times.verify_s > 0 and times.time_s > 0 and times.compile_s > 0 and times.reference_s > 0
+        assert times.total_s <= wall
+        rest = api.tune_problem(PROBLEM, gpu, db, SETTINGS)
+        assert (rest.measured, rest.reused, rest.pruned) == (len(NAMES) - 5, 5, 0)
+        assert api.tune_problem(PROBLEM, gpu, db, SETTINGS).times.total_s == 0.0  # nothing left to measure
+
+
+def test_tune_prints_the_wall_time_split_and_every_name_whole_on_a_narrow_terminal(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: FakeGPU(PROBLEM, wrong=WRONG))
+    monkeypatch.setattr(cli.console, "width", 60)
+    argv = ["tune", "--layout", "NHWGC", "--dtype", "fp16", "--problem", SPEC, "--db", str(tmp_path / "t.sqlite"),
+            "--budget", "4"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"4 measured, 0 reused, {len(NAMES) - 4} pruned by --budget; wall " in " ".join(out.split())
+    for phase in ("compile", "reference", "verify", "time", "workers"):
+        assert f"{phase} " in out
+    # Folded, not cut: each row's instance cell, read down its lines, is the whole name.
+    cells: list[str] = []
+    for line in out.splitlines():
+        fields = line.split("│")
+        if len(fields) < 4:
+            continue
+        rank, name = fields[1].strip(), fields[2].strip()
+        if rank.isdigit():
+            cells.append(name)
+        elif cells and not rank:
+            cells[-1] += name
+    assert len(cells) == 4 and set(cells) <= set(NAMES), cells
+    assert max(len(line) for line in out.splitlines()) <= 60 < max(len(c) for c in cells)  # it did fold
+    assert "…" not in out
+    assert cli.main([*argv[:-1], "6", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["measured"], record["reused"], record["pruned"]) == (2, 4, len(NAMES) - 6)
+    split = record["wall_s"]
+    assert split["total_s"] == pytest.approx(sum(v for k, v in split.items() if k != "total_s"))

@@ -152,6 +152,9 @@ class Row:
     min_bytes: int | None = None
     macs: int | None = None
     note: str = ""
+    # Seconds the run spent getting our kernel: tuning what this device had not measured (a problem
+    # tuned before costs a DB read) and loading the winner. None where no kernel was asked for.
+    tune_s: float | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:

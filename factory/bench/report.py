@@ -21,7 +21,7 @@ COLUMNS = (
     "ours_host_us", "torch_host_us",
     "ours_roofline_pct", "torch_roofline_pct",
     "ours_dram_pct", "torch_dram_pct", "ours_mma_pct", "torch_mma_pct", "ours_gbps", "torch_gbps",
-    "max_rel_err", "tolerance", "reps", "instance", "problem", "min_bytes", "macs", "note",
+    "max_rel_err", "tolerance", "reps", "instance", "problem", "min_bytes", "macs", "tune_s", "note",
 )
 OVERALL = "overall"
 
@@ -70,7 +70,7 @@ def record(row: Row, ceilings: Ceilings | None) -> dict[str, Any]:
         "ours_gbps": gbps(row.ours), "torch_gbps": gbps(row.torch),
         "max_rel_err": row.max_rel_err, "tolerance": row.tolerance, "reps": reps,
         "instance": row.instance, "problem": row.problem, "min_bytes": row.min_bytes, "macs": row.macs,
-        "note": row.note,
+        "tune_s": row.tune_s, "note": row.note,
     }
 
 
@@ -108,6 +108,7 @@ def row_from_record(rec: Mapping[str, Any]) -> Row:
         status=Status(rec["status"]), problem=rec.get("problem") or "", instance=rec.get("instance"),
         ours=_timing_from(rec, "ours"), torch=_timing_from(rec, "torch"), max_rel_err=rec.get("max_rel_err"),
         tolerance=rec.get("tolerance"), min_bytes=rec.get("min_bytes"), macs=rec.get("macs"), note=rec.get("note") or "",
+        tune_s=rec.get("tune_s"),
     )
 
 
@@ -169,7 +170,7 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
     table = Table(title=escape(title))
     columns = [("op", False), ("case", False), ("dtype", False), ("layout", False), ("ours µs", True),
                ("PyTorch µs", True), ("speedup", True), ("% roofline ours/PT", True), ("% DRAM ours/PT", True),
-               ("% MMA ours", True),
+               ("% MMA ours", True), ("tune s", True),
                ("status / note", False)]
     if problems:
         columns.insert(2, ("problem", False))
@@ -196,12 +197,16 @@ def print_table(console: Any, rows: Sequence[Row], ceilings: Ceilings | None, ti
             _timing_text(row.ours), _timing_text(row.torch), speed_text,
             f"{_num(r['ours_roofline_pct'], '.0f')}/{_num(r['torch_roofline_pct'], '.0f')}",
             f"{_num(r['ours_dram_pct'], '.0f')}/{_num(r['torch_dram_pct'], '.0f')}", _num(r["ours_mma_pct"], ".1f"),
-            note,
+            _num(row.tune_s, ".1f"), note,
         )
     console.print(table)
     if ceilings:
         console.print(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s (read + write), "
                       f"bf16 matmul {ceilings.matmul_tflops:.0f} TFLOP/s ({ceilings.matmul_n}³)")
+    tuned = [row.tune_s for row in rows if row.tune_s is not None]
+    if tuned:
+        console.print(f"getting our kernels (tuning what was not tuned, loading winners): {sum(tuned):.1f} s "
+                      f"over {len(tuned)} rows, longest {max(tuned):.1f} s")
     for op, value in geomeans(rows).items():
         name = "overall" if op == OVERALL else op
         measured = [r for r in rows if r.speedup is not None and (op == OVERALL or r.op.value == op)]

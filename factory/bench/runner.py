@@ -6,6 +6,8 @@ Env, so the row logic is the same on a GPU and in the CPU tests.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -44,13 +46,14 @@ def bench_item(item: BenchItem, env: Env) -> Row:
     solver = solver_for(op)
     min_bytes, macs = solver.traffic(problem)
     base |= dict(problem=problem.key, min_bytes=min_bytes, macs=macs)
+    started = time.monotonic()
     try:
         kernel = env.kernel_for(problem)
     except KernelFactoryError as exc:
-        return Row(**base, status=Status.NO_KERNEL, note=_one_line(exc))
+        return Row(**base, status=Status.NO_KERNEL, note=_one_line(exc), tune_s=time.monotonic() - started)
     except BackendError as exc:
         return Row(**base, status=Status.FAILED, note=f"GPU runtime: {_one_line(exc)}")
-    base["instance"] = kernel.name
+    base |= dict(instance=kernel.name, tune_s=time.monotonic() - started)
     try:
         return _measure(item, env, solver, kernel, base)
     except (BackendError, KernelFactoryError, RuntimeError) as exc:

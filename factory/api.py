@@ -48,11 +48,45 @@ class TensorMismatch(KernelFactoryError, ValueError):
 
 
 @dataclass(frozen=True)
+class Budget:
+    """How much of a tune to do: the `candidates` the prior ranks first, or candidates in the prior's
+    order until `seconds` of wall time have passed (compiling included). A later tune without a
+    budget measures the rest."""
+
+    candidates: int | None = None
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.candidates is None) == (self.seconds is None):
+            raise ValueError("a budget is a number of candidates or of seconds, one of the two")
+        if self.candidates is not None and self.candidates < 1:
+            raise ValueError(f"budget {self.candidates} must be at least 1 candidate")
+        if self.seconds is not None and not (0.0 < self.seconds < float("inf")):
+            raise ValueError(f"budget {self.seconds:g} s must be a positive number of seconds")
+
+    @classmethod
+    def parse(cls, text: str) -> "Budget":
+        """'16' (candidates) or '5s' / '2.5s' (seconds)."""
+        stripped = text.strip()
+        try:
+            if stripped.endswith("s"):
+                return cls(seconds=float(stripped[:-1]))
+            return cls(candidates=int(stripped))
+        except ValueError as exc:
+            if "budget" in str(exc):
+                raise
+            raise ValueError(f"budget {text!r} is neither a whole number of candidates nor seconds like 5s") from None
+
+    def __str__(self) -> str:
+        return f"{self.candidates} candidates" if self.candidates is not None else f"{self.seconds:g} s"
+
+
+@dataclass(frozen=True)
 class TuneOutcome:
     measurements: list[Measurement]  # one per candidate: measured now, or the stored one a resumed run kept
     winner: Winner | None
     reused: int = 0  # candidates not measured again because this device already has their measurement
-    pruned: int = 0  # applicable candidates a budget left unmeasured
+    pruned: int = 0  # applicable candidates a budget left unmeasured (by this run and before)
     times: TuneTimes = TuneTimes()  # where this run's wall time went
 
     @property
@@ -76,7 +110,7 @@ def tune_problem(
     *,
     fresh: bool = False,
     on_resume: Callable[[int, int], None] | None = None,
-    budget: int | None = None,
+    budget: int | Budget | None = None,
     finish: Finish | None = None,
 ) -> TuneOutcome:
     """Measure every applicable instance on this GPU, storing each measurement as it is taken.
@@ -98,25 +132,26 @@ def tune_problem(
     device = backend.device_info()
     candidates = _candidates(problem, device)
     applicable = len(candidates)
+    if isinstance(budget, int):
+        budget = Budget(candidates=budget)
     if budget is not None:
-        if budget < 1:
-            raise ValueError(f"budget {budget} must be at least 1 candidate")
-        candidates = rank_candidates(problem, candidates, target_for(device))[:budget]
+        candidates = rank_candidates(problem, candidates, target_for(device))[:budget.candidates]
     code = {c.name: hash_of(c) for c in candidates}
     since = datetime.now(timezone.utc) if fresh else None
     stored = {} if fresh else _stored_measurements(db, problem, device, code)
     if stored and on_resume is not None:
         on_resume(len(stored), len(candidates))
     hooks = progress if finish is not None else _storing(progress, db, problem, device, code)
-    taken, times = tune_timed(problem, candidates, backend, settings, hooks, frozenset(stored))
+    taken, times = tune_timed(problem, candidates, backend, settings, hooks, frozenset(stored),
+                              time_budget_s=budget.seconds if budget is not None else None)
     measured = [_stamped(m, code) for m in taken]
     if finish is not None:
         winner = finish(measured, code, since)
     else:
         winner = db.decide(problem.key, device, code, since)
     latest = stored | {m.instance: m for m in measured}
-    return TuneOutcome([latest[c.name] for c in candidates if c.name in latest], winner, len(stored),
-                       applicable - len(candidates), times)
+    kept = [latest[c.name] for c in candidates if c.name in latest]
+    return TuneOutcome(kept, winner, len(stored), applicable - len(kept), times)
 
 
 def rank_candidates(problem: Any, candidates: Sequence[Instance], target: Any) -> list[Instance]:

@@ -75,14 +75,13 @@ def _reps(text: str) -> int:
     return reps
 
 
-def _budget(text: str) -> int:
+def _budget(text: str) -> "Budget":
+    from .api import Budget
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"budget {text!r} is not a whole number of candidates") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"budget {value} must be at least 1 candidate")
-    return value
+        return Budget.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _out_dir(text: str) -> str:
@@ -317,7 +316,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         else:
             table.add_row(str(rank), m.instance, "-", "-", "-", f"no: {(m.error or '')[:80]}")
     console.print(table)
-    pruned = f", {outcome.pruned} pruned by --budget" if outcome.pruned else ""
+    pruned = f", {outcome.pruned} not measured (--budget {args.budget})" if outcome.pruned else ""
     console.print(f"{outcome.measured} measured, {outcome.reused} reused{pruned}; wall {outcome.times.summary()}")
     if outcome.winner:
         console.print(f"winner: {outcome.winner.instance} {outcome.winner.median_us:.2f} µs (stored)")
@@ -741,8 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS}; >= 20 recommended)")
             p.add_argument("--fresh", action="store_true",
                            help="measure every candidate again (default: continue, keeping this device's earlier measurements)")
-            p.add_argument("--budget", type=_budget, default=None, metavar="K",
-                           help="measure only the K candidates the prior ranks first (a later tune without it measures the rest)")
+            p.add_argument("--budget", type=_budget, default=None, metavar="K|Ns",
+                           help="measure only the K candidates the prior ranks first, or candidates in that order for N "
+                                "seconds (e.g. 5s); a later tune without it measures the rest")
         p.set_defaults(func=func)
 
     db = sub.add_parser("db", help="tuning DB maintenance")

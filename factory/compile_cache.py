@@ -17,7 +17,7 @@ import os
 import struct
 import tempfile
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -138,6 +138,63 @@ def _compile_one(kind: BackendKind, job: CompileJob, directory: Path | None) -> 
     except OSError as exc:
         return CompileOutcome(job.name, result.binary, None, False, f"{directory}: {_reason(exc)}")
     return CompileOutcome(job.name, result.binary, None, False)
+
+
+class CompileStream:
+    """Jobs compiled in worker processes, in the order given, while the caller uses each binary as it
+    is ready: a tune measures candidate i while i + 1, i + 2, ... compile. `result(name)` waits for
+    one job; leaving the `with` block cancels the jobs not started (a tune stopped by its time budget
+    does not compile the rest). One worker or one job compiles in this process, on demand.
+    """
+
+    def __init__(self, kind: BackendKind, jobs: Sequence[CompileJob], workers: int | None = None,
+                 on_done: Callable[[CompileOutcome], None] | None = None) -> None:
+        self.kind = kind
+        self.jobs = {job.name: job for job in jobs}
+        self.directory = usable_cache_dir()
+        self.on_done = on_done
+        self.outcomes: dict[str, CompileOutcome] = {}
+        self.workers = workers or min(len(jobs), os.cpu_count() or 1)
+        self.pool: ProcessPoolExecutor | None = None
+        self.futures: dict[str, Future] = {}
+
+    def __enter__(self) -> "CompileStream":
+        if self.workers > 1 and len(self.jobs) > 1:
+            context = multiprocessing.get_context("spawn")  # never fork a process that holds a GPU context
+            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+            for name, job in self.jobs.items():  # the pool starts them in this order
+                future = self.pool.submit(_compile_one, self.kind, job, self.directory)
+                future.add_done_callback(self._finished)  # progress as compiles finish, not as they are used
+                self.futures[name] = future
+        return self
+
+    def result(self, name: str) -> CompileOutcome:
+        if name not in self.outcomes:
+            future = self.futures.get(name)
+            if future is not None:
+                try:
+                    self.outcomes[name] = future.result()
+                except Exception as exc:  # noqa: BLE001 - a compiler process that died fails its job only
+                    self.outcomes[name] = CompileOutcome(name, None, f"compiler process lost: {type(exc).__name__}: {exc}", False)
+            else:
+                self.outcomes[name] = _compile_one(self.kind, self.jobs[name], self.directory)
+                self._report(self.outcomes[name])
+        return self.outcomes[name]
+
+    def _finished(self, future: Future) -> None:
+        """A pool thread's call when a job ends; cancelled jobs are not reported."""
+        if not future.cancelled() and future.exception() is None:
+            self._report(future.result())
+
+    def _report(self, outcome: CompileOutcome) -> None:
+        if outcome.cache_error is not None:
+            warn_once(str(self.directory), f"compile cache cannot be written ({outcome.cache_error}); compiling without it")
+        if self.on_done:
+            self.on_done(outcome)
+
+    def __exit__(self, *_: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def compile_many(

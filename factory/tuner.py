@@ -30,7 +30,7 @@ from . import numerics
 from .backends import Backend, BackendError
 from .catalog import Instance
 from .sources import source_of
-from .compile_cache import CompileJob, compile_many
+from .compile_cache import CompileJob, CompileStream
 from .executor import LoadedBinary, PreparedPlan
 from .device import DeviceTarget, target_for
 from .ops import solver_for
@@ -75,13 +75,14 @@ class Progress:
 class TuneTimes:
     """Wall seconds of one tune by phase, so a slow tune says which phase was slow.
 
-    `reference`: the inputs drawn and the numpy reference computed, once per tune. `verify` and `time`
+    `compile`: the measuring waiting for a binary not compiled yet. `reference`: the inputs drawn and
+    the numpy reference computed, once per tune (compiles run meanwhile). `verify` and `time`
     are summed over the candidates as the worker measured them (a run checked against the reference;
     the timed repetitions). `workers`: the rest of the measuring, chiefly worker processes started
     and replaced and the hand-over of each candidate.
     """
 
-    compile_s: float = 0.0
+    compile_s: float = 0.0  # waiting for binaries: compiles run beside the reference and the measuring
     reference_s: float = 0.0
     verify_s: float = 0.0
     time_s: float = 0.0
@@ -258,9 +259,15 @@ def tune_timed(
     settings: TuneSettings = TuneSettings(),
     progress: Progress = Progress(),
     skip: frozenset[str] = frozenset(),
+    time_budget_s: float | None = None,
 ) -> tuple[list[Measurement], TuneTimes]:
-    """Measure every candidate (except those named in `skip`); failures are measurements too. Also
-    returns where the wall time went.
+    """Measure the candidates (except those named in `skip`) in the order given; failures are
+    measurements too. Also returns where the wall time went.
+
+    Candidates compile in worker processes from the start, in that order, while the reference is
+    computed and earlier candidates are measured; the measuring waits only for a binary not ready yet.
+    With `time_budget_s`, no candidate after the first starts once that many seconds have passed since
+    the tune began: those left are not measured, nor compiled if not started (a later tune measures them).
 
     The parent compiles; with `Isolation.SUBPROCESS` (the default) a worker process, rebuilt from
     `backend.worker_factory()`, holds the device tensors and verifies and times each binary. It is
@@ -279,40 +286,39 @@ def tune_timed(
     if progress.on_stage:
         progress.on_stage("compile", len(todo))
     jobs = [CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)) for c in todo]
-    compiled = compile_many(
-        info.backend,
-        jobs,
-        workers=settings.compile_workers,
-        on_done=(lambda o: progress.on_compiled(o.name, o.binary is not None)) if progress.on_compiled else None,
-    )
+    on_compiled = (lambda o: progress.on_compiled(o.name, o.binary is not None)) if progress.on_compiled else None
+    with CompileStream(info.backend, jobs, workers=settings.compile_workers, on_done=on_compiled) as compiles:
+        specs = solver.tensors(problem)
+        seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
+        host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
+        values = {name: numerics.exact_values(arr, next(s.scalar for s in specs if s.name == name))
+                  for name, arr in host.items()}
+        ref, abs_ref = reference_outputs(solver, problem, values)
+        min_bytes, macs = solver.traffic(problem)
 
-    compiled_at = time.monotonic()
-    specs = solver.tensors(problem)
-    seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
-    host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
-    values = {name: numerics.exact_values(arr, next(s.scalar for s in specs if s.name == name)) for name, arr in host.items()}
-    ref, abs_ref = reference_outputs(solver, problem, values)
-    min_bytes, macs = solver.traffic(problem)
-
-    bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
-    referenced_at = time.monotonic()
-    verify_s = time_s = 0.0
-    if progress.on_stage:
-        progress.on_stage("benchmark", len(todo))
-    with _runner(backend, bench, progress) as runner:
-        for cand in todo:
-            compiled_outcome = compiled[cand.name]
-            if compiled_outcome.binary is None:
-                m = Measurement(cand.name, None, None, 0, False, f"compile: {compiled_outcome.error}")
-            else:
-                outcome = runner.measure(cand, compiled_outcome.binary)
-                m, verify_s, time_s = outcome.measurement, verify_s + outcome.verify_s, time_s + outcome.time_s
-            measurements.append(m)
-            if progress.on_measured:
-                progress.on_measured(m)
-    measuring_s = time.monotonic() - referenced_at
-    times = TuneTimes(compiled_at - started, referenced_at - compiled_at, verify_s, time_s,
-                      max(0.0, measuring_s - verify_s - time_s))
+        bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
+        referenced_at = time.monotonic()
+        compile_s = verify_s = time_s = 0.0
+        if progress.on_stage:
+            progress.on_stage("benchmark", len(todo))
+        with _runner(backend, bench, progress) as runner:
+            for cand in todo:
+                if time_budget_s is not None and measurements and time.monotonic() - started >= time_budget_s:
+                    break  # the prior's first candidate is always measured: a tune answers something
+                waited_from = time.monotonic()
+                compiled = compiles.result(cand.name)
+                compile_s += time.monotonic() - waited_from
+                if compiled.binary is None:
+                    m = Measurement(cand.name, None, None, 0, False, f"compile: {compiled.error}")
+                else:
+                    outcome = runner.measure(cand, compiled.binary)
+                    m, verify_s, time_s = outcome.measurement, verify_s + outcome.verify_s, time_s + outcome.time_s
+                measurements.append(m)
+                if progress.on_measured:
+                    progress.on_measured(m)
+        measuring_s = time.monotonic() - referenced_at
+    times = TuneTimes(compile_s, referenced_at - started, verify_s, time_s,
+                      max(0.0, measuring_s - compile_s - verify_s - time_s))
     return measurements, times
 
 

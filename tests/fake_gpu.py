@@ -79,10 +79,10 @@ def install_fake_compiler(setattr: Callable[[Any, str, Any], None] = setattr) ->
     import factory.compile_cache as cache
     import factory.tuner as tuner
 
-    compile_many = cache.compile_many
+    stream = cache.CompileStream
     setattr(cache, "compiler_for", lambda kind: fake_compile)
     setattr(cache, "compiler_version", lambda kind: FAKE_COMPILER)
-    setattr(tuner, "compile_many", lambda kind, jobs, workers=None, on_done=None: compile_many(kind, jobs, 1, on_done))
+    setattr(tuner, "CompileStream", lambda kind, jobs, workers=None, on_done=None: stream(kind, jobs, 1, on_done))
 
 
 class FakeGPU:

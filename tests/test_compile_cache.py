@@ -12,7 +12,7 @@ import pytest
 from factory import codegen, compile_cache
 from factory.backends import BackendKind, CompiledBinary, CompileError, compiler_for
 from factory.catalog import select_instances
-from factory.compile_cache import CompileJob, cache_dir, cache_key, compile_cached, compile_many
+from factory.compile_cache import CompileJob, CompileStream, cache_dir, cache_key, compile_cached, compile_many
 from factory.problem import DType, Layout, Op
 
 
@@ -235,3 +235,22 @@ def test_compile_many_in_workers_fills_the_shared_cache(cache, real_compiler):
     again = compile_many(BackendKind.CUDA, jobs, workers=1)
     assert all(o.cached and o.binary == outcomes[name].binary for name, o in again.items())
     assert real_compiler.calls == []
+
+
+def test_a_compile_stream_hands_out_binaries_as_asked_while_the_rest_compile(cache, real_compiler):
+    jobs = [CompileJob(i.name, codegen.render(i), "sm_90") for i in small_instances(3)]
+    seen = []
+    with CompileStream(BackendKind.CUDA, jobs, workers=2, on_done=seen.append) as stream:
+        outcomes = [stream.result(j.name) for j in reversed(jobs)]  # any order the caller likes
+        assert stream.result(jobs[0].name) is outcomes[-1]  # asked twice: the same outcome
+    assert [o.name for o in outcomes] == [j.name for j in reversed(jobs)]
+    assert all(o.error is None and o.binary.startswith(b"\x7fELF") for o in outcomes)
+    assert sorted(o.name for o in seen) == sorted(j.name for j in jobs)  # each reported once, when it finished
+    assert len(entries(cache)) == 3 and real_compiler.calls == []  # compiled in the workers, into the cache
+
+
+def test_a_compile_stream_left_early_does_not_compile_what_it_never_started(cache, fake_compiler):
+    jobs = [CompileJob(i.name, codegen.render(i), "sm_90") for i in small_instances(3)]
+    with CompileStream(BackendKind.CUDA, jobs, workers=1) as stream:  # one worker: on demand, here
+        first = stream.result(jobs[0].name)
+    assert first.binary is not None and len(fake_compiler.calls) == 1 and len(entries(cache)) == 1

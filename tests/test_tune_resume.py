@@ -294,7 +294,7 @@ def test_tune_prints_the_wall_time_split_and_every_name_whole_on_a_narrow_termin
             "--budget", "4"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert f"4 measured, 0 reused, {len(NAMES) - 4} pruned by --budget; wall " in " ".join(out.split())
+    assert f"4 measured, 0 reused, {len(NAMES) - 4} not measured (--budget 4 candidates); wall " in " ".join(out.split())
     for phase in ("compile", "reference", "verify", "time", "workers"):
         assert f"{phase} " in out
     # Folded, not cut: each row's instance cell, read down its lines, is the whole name.
@@ -316,3 +316,32 @@ def test_tune_prints_the_wall_time_split_and_every_name_whole_on_a_narrow_termin
     assert (record["measured"], record["reused"], record["pruned"]) == (2, 4, len(NAMES) - 6)
     split = record["wall_s"]
     assert split["total_s"] == pytest.approx(sum(v for k, v in split.items() if k != "total_s"))
+
+
+def test_a_time_budget_measures_in_the_prior_s_order_at_least_one_and_a_full_tune_the_rest(tmp_path):
+    from factory.api import Budget, rank_candidates
+
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    ranked = [c.name for c in rank_candidates(PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        spent = api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=Budget(seconds=1e-6))
+        assert [m.instance for m in spent.measurements] == ranked[:1] and spent.pruned == len(NAMES) - 1
+        rest = api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=Budget(seconds=600))
+        assert rest.reused == 1 and rest.measured == len(NAMES) - 1 and rest.pruned == 0
+
+
+@pytest.mark.parametrize(("text", "budget"), [("16", (16, None)), ("5s", (None, 5.0)), (" 2.5s", (None, 2.5))])
+def test_budget_strings(text, budget):
+    from factory.api import Budget
+
+    parsed = Budget.parse(text)
+    assert (parsed.candidates, parsed.seconds) == budget
+
+
+@pytest.mark.parametrize("text", ["0s", "-1s", "s", "infs", "nans", "1.5", "5m"])
+def test_bad_time_budgets_are_one_line_errors(capsys, text):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["tune", "--layout", "NHWGC", "--dtype", "fp16", "--problem", SPEC, "--budget", text])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "budget" in err[0]

@@ -213,15 +213,26 @@ class StartFailsBackend(FakeBackend):
 
 
 # --- the tuner's compile step and solver lookup, faked --------------------------------------------
-def fake_compile_many(kind, jobs, workers=None, on_done=None) -> dict[str, CompileOutcome]:
-    outcomes = {}
-    for job in jobs:
+class FakeCompileStream:
+    """tuner.CompileStream's interface: a job's "binary" is its source, NOCOMPILE sources fail."""
+
+    def __init__(self, kind, jobs, workers=None, on_done=None) -> None:
+        self.jobs = {job.name: job for job in jobs}
+        self.on_done = on_done
+
+    def __enter__(self) -> "FakeCompileStream":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def result(self, name: str) -> CompileOutcome:
+        job = self.jobs[name]
         failed = job.source.startswith(Kind.NOCOMPILE.value)
         outcome = CompileOutcome(job.name, None if failed else job.source.encode(), "CompileError: fake" if failed else None, False)
-        outcomes[job.name] = outcome
-        if on_done:
-            on_done(outcome)
-    return outcomes
+        if self.on_done:
+            self.on_done(outcome)
+        return outcome
 
 
 @pytest.fixture(autouse=True)
@@ -229,7 +240,7 @@ def fake_toolchain(monkeypatch):
     monkeypatch.setattr(tuner, "solver_for", lambda op: SOLVER)
     sources.forget()
     monkeypatch.setattr(sources, "render", lambda c: f"{c.params.kind.value}:{c.params.us}")
-    monkeypatch.setattr(tuner, "compile_many", fake_compile_many)
+    monkeypatch.setattr(tuner, "CompileStream", FakeCompileStream)
     yield
     sources.forget()  # the fake sources must not outlive the test
     assert multiprocessing.active_children() == [], "a worker process outlived its tune"

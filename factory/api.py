@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 import os
@@ -257,16 +258,14 @@ def select(
     if mode is SelectMode.HEURISTIC:
         return kernel_for(heuristic_pick(problem, target=target), problem, backend)
     db = db or default_db()
+    if mode is SelectMode.AUTO:
+        return kernel_for(untuned_choice(problem, db, backend).instance, problem, backend)
     choice = served_choice(problem, db, backend.device_info())
     if choice.instance is not None:
         return kernel_for(choice.instance, problem, backend)
     if mode is SelectMode.DB:
         why = "".join(f"; {r.line()}" for r in choice.refusals)
         raise NotTuned(f"no tuned winner for {problem.key} on this device{why}; run `kfactory tune` or use mode=tune")
-    if mode is SelectMode.AUTO:
-        near = nearest_choice(problem, db, backend.device_info())
-        if near is not None:
-            return kernel_for(near.instance, problem, backend)
     candidates = lookup(problem, target=target)
     if mode is SelectMode.TUNE:
         by_name = {c.name: c for c in candidates}
@@ -275,6 +274,39 @@ def select(
             raise NotTuned(f"tuning found no verified instance for {problem.key}")
         return kernel_for(by_name[outcome.winner.instance], problem, backend)
     return kernel_for(heuristic_pick(problem, candidates, target), problem, backend)
+
+
+class Origin(enum.Enum):
+    """Where a served kernel came from."""
+
+    TUNED = "tuned"  # this problem's winner on this device
+    NEAREST = "nearest"  # the winner of the nearest tuned problem (factory.nearest)
+    HEURISTIC = "heuristic"  # the op's prior, no measurement
+
+
+@dataclass(frozen=True)
+class Served:
+    instance: Instance
+    origin: Origin
+    from_problem: str | None = None  # NEAREST: the tuned problem whose winner this is
+
+    def describe(self) -> str:
+        if self.origin is Origin.NEAREST:
+            return f"served: nearest (winner of {self.from_problem})"
+        return f"served: {self.origin.value}"
+
+
+def untuned_choice(problem: Any, db: TuningDB, backend: Backend) -> Served:
+    """What select(mode=AUTO) serves without tuning: the stored winner, else the nearest tuned
+    problem's winner, else the heuristic's pick."""
+    device = backend.device_info()
+    choice = served_choice(problem, db, device)
+    if choice.instance is not None:
+        return Served(choice.instance, Origin.TUNED)
+    near = nearest_choice(problem, db, device)
+    if near is not None:
+        return Served(near.instance, Origin.NEAREST, near.source_key)
+    return Served(heuristic_pick(problem, target=target_for(device)), Origin.HEURISTIC)
 
 
 class KernelCache:

@@ -20,7 +20,7 @@ from factory.bench import add_bench_parser
 from factory.bench import command as bench_command
 from factory.bench.check import agreement_floor, compare_outputs
 from factory.bench.compare import compare_runs, load_results, print_comparison
-from factory.bench.model import BenchError, BenchItem, Case, Ceilings, Row, Status, Timing
+from factory.bench.model import BenchError, BenchItem, Case, Ceilings, Row, Serve, Status, Timing
 from factory.bench.report import COLUMNS, geomeans, print_table, record, row_from_record, write_all, write_json
 from factory.bench.runner import Env, bench_item, make_tensors
 from factory.bench.suite import default_suite_path, expand, load_suite, parse_dtypes, parse_ops
@@ -558,8 +558,8 @@ dwsep_conv_fwd = [ { name = "dws", N = 1, C = 4, K = 8, input = [8, 8], filter =
 """)
     seen = {}
 
-    def fake_machine(settings, db_url, stage, seed=None):
-        seen["reps"], seen["db"] = settings.reps, db_url
+    def fake_machine(settings, db_url, stage, seed=None, serve=None):
+        seen["reps"], seen["db"], seen["serve"] = settings.reps, db_url, serve
         advance = stage("tune compile", 2)
         advance(), advance()
         return gpu.Machine(_env(ReferenceKernel, 10.0, 15.0), fixed_timer(1.0), {"device": "CPU stand-in"})
@@ -570,7 +570,7 @@ dwsep_conv_fwd = [ { name = "dws", N = 1, C = 4, K = 8, input = [8, 8], filter =
     rc = kfactory(["bench", "--suite", str(suite), "--out", str(out), "--reps", "7", "--db", "x.db", "--dtypes", "fp32,bf16"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    assert seen == {"reps": 7, "db": "x.db"}
+    assert seen == {"reps": 7, "db": "x.db", "serve": Serve.TUNED}
     data = json.loads((out / "results.json").read_text())
     statuses = [(r["case"], r["dtype"], r["layout"], r["status"]) for r in data["rows"]]
     assert statuses == [
@@ -649,3 +649,12 @@ def test_a_row_says_how_long_getting_its_kernel_took_and_keeps_it_through_result
     print_table(console, [row], None)
     text = console.export_text()
     assert "tune s" in text and f"{row.tune_s:.1f}" in text and "getting our kernels" in text
+
+
+def test_a_kernel_served_without_tuning_says_where_it_came_from_in_the_note():
+    class Served(ReferenceKernel):
+        served = "served: nearest (winner of conv_bwd_weight:nhwgc:fp32:2d:N=4,...)"
+
+    row = bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(Served))
+    assert row.status is Status.OK and row.note.startswith(Served.served)
+    assert not bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(ReferenceKernel)).note.startswith("served")

@@ -281,7 +281,7 @@ def _fake_gpu(monkeypatch, seen):
     import factory.bench.ceilings as ceilings_mod
     import factory.bench.gpu as gpu
 
-    def fake_machine(settings, db_url, stage, seed=None):
+    def fake_machine(settings, db_url, stage, seed=None, serve=None):
         seen["seed"] = seed
         env = _env(ReferenceKernel, 10.0, 30.0)
         return gpu.Machine(env, fixed_timer(1.0), {"device": "CPU stand-in"})

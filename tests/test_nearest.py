@@ -124,3 +124,23 @@ def test_select_auto_runs_the_neighbour_and_query_says_so(tmp_path, capsys, monk
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert f"serving {near_pick}, the winner of the nearest tuned problem {NEAR.key}" in out.replace("\n", "")
+
+
+def test_bench_select_serves_what_each_mode_would_and_says_where_it_came_from(tmp_path):
+    from factory.bench.gpu import served_kernel
+    from factory.bench.model import Serve
+
+    near_pick = not_the_heuristic(NEAR)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        gpu = FakeGPU(ASKED)
+        untuned = served_kernel(ASKED, gpu, db, Serve.NEAREST)
+        assert (untuned.name, untuned.served) == (heuristic_pick(ASKED).name, "served: heuristic")
+        store(db, NEAR, near_pick)
+        near = served_kernel(ASKED, gpu, db, Serve.NEAREST)
+        assert (near.name, near.served) == (near_pick, f"served: nearest (winner of {NEAR.key})")
+        guess = served_kernel(ASKED, gpu, db, Serve.HEURISTIC)  # the prior alone, whatever the DB holds
+        assert (guess.name, guess.served) == (heuristic_pick(ASKED).name, "served: heuristic")
+        own = any_point(ASKED)
+        store(db, ASKED, own)
+        assert (served_kernel(ASKED, gpu, db, Serve.NEAREST).name, served_kernel(ASKED, gpu, db, Serve.NEAREST).served) == (own, "served: tuned")
+        assert gpu.timed == []  # nothing was tuned

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from .model import BenchError, BenchItem, Row, Status
+from .model import BenchError, BenchItem, Row, Serve, Status
 from .random_cases import draw, parse_random_dtypes, random_meta
 from .report import PROBLEM_WIDTH, problem_text
 from .suite import expand, load_suite, parse_dtypes, parse_list, parse_ops
@@ -46,6 +46,10 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int,
                    help="seed of the random inputs and, with --random, of the drawn problems "
                    "(the same seed, N, --ops and --dtypes draw the same problems; default: fresh inputs)")
+    p.add_argument("--select", default=Serve.TUNED.value, choices=[m.value for m in Serve],
+                   help="which of our kernels a row runs: tuned (tune the problem first when untuned; default), "
+                        "nearest (what an untuned problem is served: the nearest tuned problem's winner, else the "
+                        "heuristic's; never tunes), heuristic (the op's prior alone)")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.add_argument("--replot", metavar="RESULTS.json", help="redraw speedup.png and roofline.png in --out from a stored run; runs nothing")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="per-case ratios between two runs; runs nothing")
@@ -77,7 +81,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .gpu import open_machine
     from .runner import bench_item
 
-    machine = open_machine(settings, args.db, stage, args.seed)
+    machine = open_machine(settings, args.db, stage, args.seed, Serve(args.select))
     errors = Console(stderr=True, markup=False, highlight=False)
     if settings.reps < MIN_REPS:
         errors.print(f"note: {settings.reps} reps per contender: a smoke run, not a measurement (>= {MIN_REPS} for that)")

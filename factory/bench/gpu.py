@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .model import BenchError
+from .model import BenchError, Serve
 from .runner import Env, OurKernel
 from .timing import CudaTimer, TimingSettings
 
@@ -25,8 +25,10 @@ class Machine:
     description: dict[str, Any]  # device, driver, library versions: goes into results.json
 
 
-def open_machine(settings: TimingSettings, db_url: str | None, stage: StageHook, seed: int | None = None) -> Machine:
-    """Check for a GPU (one BenchError line if there is none) and wire PyTorch, our backend and the DB."""
+def open_machine(settings: TimingSettings, db_url: str | None, stage: StageHook, seed: int | None = None,
+                 serve: Serve = Serve.TUNED) -> Machine:
+    """Check for a GPU (one BenchError line if there is none) and wire PyTorch, our backend and the DB;
+    `serve` says which kernel a row runs."""
     try:
         import torch
     except ImportError:
@@ -51,7 +53,9 @@ def open_machine(settings: TimingSettings, db_url: str | None, stage: StageHook,
     timer = CudaTimer(settings, device)
 
     def kernel_for(problem: Any) -> OurKernel:
-        return tuned_kernel(problem, backend, db, stage)
+        if serve is Serve.TUNED:
+            return tuned_kernel(problem, backend, db, stage)
+        return served_kernel(problem, backend, db, serve)
 
     info = backend.device_info()
     props = torch.cuda.get_device_properties(device)
@@ -69,10 +73,41 @@ def open_machine(settings: TimingSettings, db_url: str | None, stage: StageHook,
         "cudnn_benchmark": True,
         "tf32": False,
         "db": str(db.location),
+        "select": serve.value,
     }
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
     env = Env(device=device, timer=timer, kernel_for=kernel_for, synchronize=lambda: torch.cuda.synchronize(device), seed=seed)
     return Machine(env, timer, description)
+
+
+@dataclass(frozen=True)
+class ServedKernel:
+    """A kernel chosen without tuning, and where it came from (the row's note says)."""
+
+    kernel: Any  # factory.api.Kernel
+    served: str
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def run(self, stream: int | None = None, **tensors: Any) -> None:
+        self.kernel.run(stream=stream, **tensors)
+
+
+def served_kernel(problem: Any, backend: Any, db: Any, serve: Serve) -> OurKernel:
+    """What an untuned problem is served: `nearest` as select(mode=AUTO) does (the problem's own
+    winner if it has one, else the nearest tuned problem's, else the heuristic's), `heuristic` the
+    op's prior alone. Nothing is tuned."""
+    from ..api import Origin, Served, kernel_for, untuned_choice
+    from ..device import target_for
+    from ..selector import heuristic_pick
+
+    if serve is Serve.HEURISTIC:
+        choice = Served(heuristic_pick(problem, target=target_for(backend.device_info())), Origin.HEURISTIC)
+    else:
+        choice = untuned_choice(problem, db, backend)
+    return ServedKernel(kernel_for(choice.instance, problem, backend), choice.describe())
 
 
 def tuned_kernel(problem: Any, backend: Any, db: Any, stage: StageHook) -> OurKernel:

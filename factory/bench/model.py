@@ -17,6 +17,14 @@ class BenchError(KernelFactoryError):
     """A bad suite, filter or results file, or no GPU: the CLI prints it as one line."""
 
 
+class Serve(enum.Enum):
+    """Which of our kernels a bench row runs (`kfactory bench --select`)."""
+
+    TUNED = "tuned"  # the problem's tuned winner, tuning it first when this device has none
+    NEAREST = "nearest"  # what select(mode=AUTO) serves, never tuning: own winner, nearest's, heuristic
+    HEURISTIC = "heuristic"  # the op's prior alone
+
+
 class Status(enum.Enum):
     """What became of one (case, dtype, layout) row; only OK rows have a speedup."""
 

@@ -6,6 +6,7 @@ Env, so the row logic is the same on a GPU and in the CPU tests.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from .model import BenchItem, Row, Status, Timing
 
 
 class OurKernel(Protocol):
-    """What the runner needs of factory.api.Kernel."""
+    """What the runner needs of factory.api.Kernel. A kernel served without tuning also has `served`
+    (where it came from), which the row's note starts with."""
 
     name: str
 
@@ -55,9 +57,11 @@ def bench_item(item: BenchItem, env: Env) -> Row:
         return Row(**base, status=Status.FAILED, note=f"GPU runtime: {_one_line(exc)}")
     base |= dict(instance=kernel.name, tune_s=time.monotonic() - started)
     try:
-        return _measure(item, env, solver, kernel, base)
+        row = _measure(item, env, solver, kernel, base)
     except (BackendError, KernelFactoryError, RuntimeError) as exc:
-        return Row(**base, status=Status.FAILED, note=_one_line(exc))
+        row = Row(**base, status=Status.FAILED, note=_one_line(exc))
+    served = getattr(kernel, "served", None)  # a kernel chosen without tuning says where it came from
+    return dataclasses.replace(row, note="; ".join(n for n in (served, row.note) if n)) if served else row
 
 
 def _measure(item: BenchItem, env: Env, solver: Any, kernel: OurKernel, base: dict[str, Any]) -> Row:

@@ -41,6 +41,13 @@ from tuning_db import Measurement
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # well above any current GPU's last-level cache
 
+# Adaptive repetitions: reps are taken in rounds; a candidate stops once its median has settled, or
+# once even its fastest rep is clearly slower than the best candidate so far. `reps` is the most.
+ROUND_REPS = 5
+MIN_STABLE_REPS = 10  # a median settles over at least this many reps
+STABLE_MEDIAN = 0.01  # ... when a round moves it by at most 1 %
+CLEARLY_SLOWER = 1.5  # fastest rep over the best median so far: not worth more reps
+
 
 class Isolation(enum.Enum):
     """Where candidates are verified and timed."""
@@ -56,6 +63,7 @@ class TuneSettings:
     seed: int | None = None  # None: fresh entropy each run
     compile_workers: int | None = None
     isolation: Isolation = Isolation.SUBPROCESS
+    adaptive: bool = True  # stop a candidate's reps early (ROUND_REPS ... CLEARLY_SLOWER); False: always `reps`
     # Wall-clock limit for one candidate's verification and timing in the worker; None: derived, see
     # candidate_timeout(). Not applied in-process (a running kernel cannot be interrupted there).
     candidate_timeout_s: float | None = None
@@ -200,17 +208,38 @@ class DeviceTensors:
         self._owned.clear()
 
 
-def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, settings: TuneSettings) -> list[float]:
+def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, settings: TuneSettings,
+              best_us: float | None = None) -> list[float]:
     """Per-rep microseconds of the plan alone, L2 flushed before each rep.
 
     The flush (a 256 MiB memset) also keeps the GPU busy while the host enqueues the rep, so host
-    launch overhead does not leak into the events.
+    launch overhead does not leak into the events. With `settings.adaptive` the reps come in rounds
+    of ROUND_REPS and stop early: when a round moved the median by at most STABLE_MEDIAN (after
+    MIN_STABLE_REPS), or when even the fastest rep is CLEARLY_SLOWER than `best_us`, the best median
+    measured so far in this tune.
     """
     for _ in range(settings.warmup):
         prepared.enqueue()
     backend.synchronize()
-    starts = [backend.event_create() for _ in range(settings.reps)]
-    ends = [backend.event_create() for _ in range(settings.reps)]
+    samples: list[float] = []
+    settled: float | None = None
+    while len(samples) < settings.reps:
+        count = min(ROUND_REPS, settings.reps - len(samples)) if settings.adaptive else settings.reps
+        samples += _timed_reps(backend, prepared, tensors, count)
+        if not settings.adaptive:
+            break
+        if best_us is not None and min(samples) > CLEARLY_SLOWER * best_us:
+            break
+        median = statistics.median(samples)
+        if settled is not None and len(samples) >= MIN_STABLE_REPS and abs(median - settled) <= STABLE_MEDIAN * settled:
+            break
+        settled = median
+    return samples
+
+
+def _timed_reps(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, count: int) -> list[float]:
+    starts = [backend.event_create() for _ in range(count)]
+    ends = [backend.event_create() for _ in range(count)]
     try:
         for start, end in zip(starts, ends):
             backend.memset_async(tensors.flush, 0, L2_FLUSH_BYTES)
@@ -299,6 +328,7 @@ def tune_timed(
         bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
         referenced_at = time.monotonic()
         compile_s = verify_s = time_s = 0.0
+        best_us: float | None = None  # the fastest verified median so far: a candidate far above it stops early
         if progress.on_stage:
             progress.on_stage("benchmark", len(todo))
         with _runner(backend, bench, progress) as runner:
@@ -311,8 +341,10 @@ def tune_timed(
                 if compiled.binary is None:
                     m = Measurement(cand.name, None, None, 0, False, f"compile: {compiled.error}")
                 else:
-                    outcome = runner.measure(cand, compiled.binary)
+                    outcome = runner.measure(cand, compiled.binary, best_us)
                     m, verify_s, time_s = outcome.measurement, verify_s + outcome.verify_s, time_s + outcome.time_s
+                    if m.verified and m.median_us is not None:
+                        best_us = m.median_us if best_us is None else min(best_us, m.median_us)
                 measurements.append(m)
                 if progress.on_measured:
                     progress.on_measured(m)
@@ -357,6 +389,7 @@ class Outcome:
 class _Job:
     cand: Instance
     binary: bytes
+    best_us: float | None = None  # the tune's fastest verified median so far
 
 
 def _runner(backend: Backend, bench: Bench, progress: Progress) -> "_InProcess | _Isolated":
@@ -382,8 +415,8 @@ class _InProcess:
         self.bench = bench
         self.tensors = DeviceTensors(backend, bench.specs, bench.host)
 
-    def measure(self, cand: Instance, binary: bytes) -> Outcome:
-        return _measure(self.backend, self.bench, cand, binary, self.tensors)
+    def measure(self, cand: Instance, binary: bytes, best_us: float | None = None) -> Outcome:
+        return _measure(self.backend, self.bench, cand, binary, self.tensors, best_us)
 
     def __enter__(self) -> "_InProcess":
         return self
@@ -402,11 +435,11 @@ class _Isolated:
         self.fastest_us: float | None = None
         self.quickest_job_s: float | None = None
 
-    def measure(self, cand: Instance, binary: bytes) -> Outcome:
+    def measure(self, cand: Instance, binary: bytes, best_us: float | None = None) -> Outcome:
         limit = candidate_timeout(self.bench.settings, self.bench.tensor_bytes, self.fastest_us, self.quickest_job_s)
         self.worker.start()  # outside the timed job: a fresh worker's start has its own limit
         started = time.monotonic()
-        reply = self.worker.call(_Job(cand, binary), limit)
+        reply = self.worker.call(_Job(cand, binary, best_us), limit)
         elapsed = time.monotonic() - started
         if isinstance(reply, WorkerLost):
             self._restarted(cand, str(reply))
@@ -445,10 +478,11 @@ def _worker_init(backend: Backend, bench: Bench) -> _WorkerState:
 
 
 def _worker_step(state: _WorkerState, job: _Job) -> Outcome:
-    return _measure(state.backend, state.bench, job.cand, job.binary, state.tensors)
+    return _measure(state.backend, state.bench, job.cand, job.binary, state.tensors, job.best_us)
 
 
-def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tensors: DeviceTensors) -> Outcome:
+def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tensors: DeviceTensors,
+             best_us: float | None = None) -> Outcome:
     solver, problem, settings = bench.solver, bench.problem, bench.settings
     started = time.monotonic()
     verified_at: float | None = None
@@ -471,7 +505,7 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
         if not verdict.ok:
             return Outcome(Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}"),
                            verify_s=verified_at - started)
-        samples = time_plan(backend, prepared, tensors, settings)
+        samples = time_plan(backend, prepared, tensors, settings, best_us)
     except BackendError as exc:
         ended = time.monotonic()
         split = verified_at if verified_at is not None else ended  # failed while verifying, or while timing

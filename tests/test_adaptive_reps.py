@@ -1,0 +1,76 @@
+"""Adaptive repetitions (tuner.time_plan): a candidate stops once its median has settled, or once even
+its fastest rep is clearly slower than the best so far; `reps` stays the most it takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pytest
+
+from factory.tuner import CLEARLY_SLOWER, MIN_STABLE_REPS, ROUND_REPS, TuneSettings, time_plan
+
+
+@dataclass
+class Timeline:
+    """A backend whose n-th timed rep lasts `times[n]` µs (events, flush and sync are no-ops)."""
+
+    times: Iterator[float]
+    reps: int = 0
+    events: int = 0
+
+    def synchronize(self) -> None:
+        pass
+
+    def memset_async(self, *_: object) -> None:
+        pass
+
+    def event_create(self) -> int:
+        self.events += 1
+        return self.events
+
+    def event_record(self, event: int, stream: int = 0) -> None:
+        pass
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        self.reps += 1
+        return next(self.times) / 1000.0
+
+    def event_destroy(self, event: int) -> None:
+        pass
+
+
+class Plan:
+    def enqueue(self) -> None:
+        pass
+
+
+class Tensors:
+    flush = 0
+
+
+def reps_taken(times: list[float], settings: TuneSettings, best_us: float | None = None) -> list[float]:
+    return time_plan(Timeline(iter(times)), Plan(), Tensors(), settings, best_us)
+
+
+def test_a_steady_kernel_stops_once_its_median_settles():
+    samples = reps_taken([10.0] * 100, TuneSettings(reps=50, warmup=0))
+    assert len(samples) == max(MIN_STABLE_REPS, 2 * ROUND_REPS) < 50
+
+
+def test_a_noisy_kernel_takes_more_rounds_and_never_more_than_reps():
+    noisy = [10.0, 14.0, 9.0, 17.0, 8.0] * 40  # the median moves by more than 1 % round after round
+    samples = reps_taken([t + i * 0.2 for i, t in enumerate(noisy)], TuneSettings(reps=30, warmup=0))
+    assert len(samples) == 30
+
+
+def test_a_clearly_slower_kernel_stops_after_one_round_and_a_close_one_does_not():
+    slow = reps_taken([20.0] * 100, TuneSettings(reps=50, warmup=0), best_us=20.0 / (CLEARLY_SLOWER + 0.1))
+    assert len(slow) == ROUND_REPS
+    close = reps_taken([20.0] * 100, TuneSettings(reps=50, warmup=0), best_us=20.0 / (CLEARLY_SLOWER - 0.1))
+    assert len(close) == MIN_STABLE_REPS
+
+
+@pytest.mark.parametrize("reps", [1, 3, 7, 25])
+def test_without_adaptive_every_rep_is_taken(reps):
+    assert len(reps_taken([10.0] * 100, TuneSettings(reps=reps, warmup=0, adaptive=False))) == reps

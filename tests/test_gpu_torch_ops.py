@@ -114,3 +114,35 @@ def test_inductor_compiles_a_step_of_our_ops_without_a_graph_break():
 
     compiled = torch.compile(step, fullgraph=True)
     close(compiled(dy, x, w), step(dy, x, w), torch.float16)
+
+
+def test_a_patched_model_trains_as_the_stock_one_on_the_gpu():
+    import copy
+
+    from factory.torch import patch
+
+    nn = torch.nn
+    torch.manual_seed(0)
+    stock = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.GroupNorm(8, 32), nn.ReLU(),
+                          nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.Conv2d(32, 64, 1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).cuda()
+    stock = stock.to(memory_format=torch.channels_last)
+    patched = copy.deepcopy(stock)
+    report = patch(patched)
+    assert len(report.swapped) == 4 and not report.kept
+
+    def losses(model):
+        torch.manual_seed(1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+        seen = []
+        for _ in range(20):
+            x = torch.randn(16, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+            target = torch.randint(0, 10, (16,), device="cuda")
+            loss = F.cross_entropy(model(x), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            seen.append(loss.item())
+        return seen
+
+    assert losses(patched) == pytest.approx(losses(stock), rel=2e-3)

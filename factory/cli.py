@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import codegen, outdir
@@ -28,6 +27,7 @@ from .bench import add_bench_parser
 from .catalog import Instance, per_problem_families, select_instances
 from .device import DEFAULT_TARGET, TARGETS, target_for, target_named
 from .ops import SOLVERS, solver_for
+from .progress_bars import progress_bar, tune_hooks
 from .problem import DType, KernelFactoryError, Layout, Op
 from .selector import check_supported, explain, heuristic_pick, lookup
 
@@ -149,13 +149,6 @@ def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=False,
-    )
-
-
 # --- generate -----------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
     _check_family(args.op, args.family)
@@ -187,7 +180,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     try:
         manifest = []
-        with _progress() as progress:
+        with progress_bar() as progress:
             task = progress.add_task(f"rendering {args.op.value}", total=len(instances))
             for inst in instances:
                 source = codegen.render(inst)
@@ -285,8 +278,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     problem = _problem(args)
     backend = _backend()  # before the DB: a machine without a GPU leaves no new DB file behind
     db = _open_db(args)
-    with _progress() as bar:
-        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **_tune_hooks(bar), fresh=args.fresh,
+    with progress_bar() as bar:
+        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **tune_hooks(bar), fresh=args.fresh,
                                budget=args.budget)
     if not any(m.verified for m in outcome.measurements):
         # The stored winner (if any) is not this run's outcome: --fresh decided from new times only.
@@ -327,33 +320,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _number(value: float | None, form: str) -> str:
     return "-" if value is None else form.format(value)
-
-
-def _tune_hooks(bar: Progress) -> dict[str, Any]:
-    """tune_problem's progress and on_resume arguments drawing on `bar`.
-
-    A resumed tune's benchmark bar starts at the candidates measured before, out of all of them.
-    """
-    from .tuner import Progress as TuneProgress
-
-    tasks: dict[str, Any] = {}
-    resumed = [0]
-
-    def resume(done: int, total: int) -> None:
-        resumed[0] = done
-        rest = "" if done < total else "; nothing left to measure (--fresh measures again)"
-        bar.console.print(f"resuming: {done} of {total} already measured{rest}")
-
-    def stage(name: str, total: int) -> None:
-        offset = resumed[0] if name == "benchmark" else 0
-        tasks[name] = bar.add_task(f"{name:9s}", total=total + offset, completed=offset)
-
-    hooks = TuneProgress(
-        on_stage=stage,
-        on_compiled=lambda name, ok: bar.advance(tasks["compile"]),
-        on_measured=lambda m: bar.advance(tasks["benchmark"]),
-    )
-    return {"progress": hooks, "on_resume": resume}
 
 
 # --- query --------------------------------------------------------------------------------------
@@ -481,7 +447,7 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
     op = args.op.value if args.op else None
     backend = _backend()
     db = _open_db(args)
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task("verifying", total=len(db.winners(op)))
         seen = [0]
 
@@ -490,7 +456,7 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
             seen[0] += 1
 
         results = recheck_winners(db, backend, op=op, threshold=args.threshold, settings=TuneSettings(reps=args.reps),
-                                  progress=_tune_hooks(bar)["progress"], on_winner=started)
+                                  progress=tune_hooks(bar)["progress"], on_winner=started)
         bar.update(task, completed=seen[0], description="verified")
     failed = any(r.action is Action.RETUNE_FAILED for r in results)
     if args.json:
@@ -533,29 +499,6 @@ def _db_url(args: argparse.Namespace) -> str:
     return as_db_url(args.db) if args.db is not None else default_db_url()
 
 
-def _fleet_devices(args: argparse.Namespace, db: Any) -> list[tuple[int, Any]]:
-    """--device: `local` (this machine's GPU), `all` (every device the DB knows) or device ids."""
-    choice = args.device.strip().lower()
-    if choice == "local":
-        return [(db.jobs.register(args.local_device), args.local_device)]
-    known = dict(db.jobs.devices())
-    if choice == "all":
-        if not known:
-            raise UsageError("--device all: the DB knows no device yet; start the workers first (each registers "
-                             "its GPU) or enqueue on a GPU machine with --device local")
-        return sorted(known.items())
-    try:
-        ids = [int(part) for part in choice.split(",")]
-    except ValueError:
-        raise UsageError(f"--device must be local, all or device ids like 1,3 (got {args.device!r})") from None
-    missing = [i for i in ids if i not in known]
-    if missing:
-        listed = ", ".join(f"#{i} {d.name}" for i, d in sorted(known.items())) or "none"
-        raise UsageError(f"--device: no device #{', #'.join(map(str, missing))} in the DB; known: {listed} "
-                         "(kfactory jobs --devices)")
-    return [(i, known[i]) for i in dict.fromkeys(ids)]
-
-
 def cmd_enqueue(args: argparse.Namespace) -> int:
     from .fleet import problems as fleet_problems
     from .fleet.gpus import gpu_source
@@ -576,7 +519,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             raise UsageError(f"--device local needs a GPU on this machine ({one_line(str(exc))}); enqueue for "
                              "devices the workers registered with --device all or --device ID") from None
     db = _open_db(args)
-    devices = _fleet_devices(args, db)
+    devices = fleet_problems.target_devices(db, args.device, args.local_device)
     report: dict[str, Any] = {"db": db.location, "problems": len(problems), "added": 0, "present": 0, "devices": [],
                               "unservable": []}
     for device_id, device in devices:

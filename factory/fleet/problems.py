@@ -63,6 +63,32 @@ def plan(problems: Iterable[Any], device: DeviceInfo) -> Plan:
     return Plan(tuple(specs), tuple(unservable))
 
 
+def target_devices(db: Any, choice: str, local: DeviceInfo | None) -> list[tuple[int, DeviceInfo]]:
+    """The (id, device) pairs `--device` names: `local` (this machine's GPU, registered now),
+    `all` (every device the DB knows) or device ids like `1,3`."""
+    choice = choice.strip().lower()
+    if choice == "local":
+        if local is None:
+            raise FleetError("--device local needs this machine's GPU")
+        return [(db.jobs.register(local), local)]
+    known = dict(db.jobs.devices())
+    if choice == "all":
+        if not known:
+            raise FleetError("--device all: the DB knows no device yet; start the workers first (each registers "
+                             "its GPU) or enqueue on a GPU machine with --device local")
+        return sorted(known.items())
+    try:
+        ids = [int(part) for part in choice.split(",")]
+    except ValueError:
+        raise FleetError(f"--device must be local, all or device ids like 1,3 (got {choice!r})") from None
+    missing = [i for i in ids if i not in known]
+    if missing:
+        listed = ", ".join(f"#{i} {d.name}" for i, d in sorted(known.items())) or "none"
+        raise FleetError(f"--device: no device #{', #'.join(map(str, missing))} in the DB; known: {listed} "
+                         "(kfactory jobs --devices)")
+    return [(i, known[i]) for i in dict.fromkeys(ids)]
+
+
 def suite_problems(path: str | None, ops: str | None, dtypes: str | None, cases: str | None) -> list[Any]:
     """The problems of a suite's rows (as `kfactory bench` expands them); rows of ops without kernels are left out."""
     from ..bench.suite import expand, load_suite, parse_dtypes, parse_list, parse_ops

@@ -16,10 +16,11 @@ both paths, so the fake and the real implementations always return the same stri
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -38,6 +39,7 @@ DTYPES = {torch.float16: DType.FP16, torch.bfloat16: DType.BF16, torch.float32: 
 _noted: set[tuple[str, str]] = set()
 _choices: dict[Any, Any] = {}  # problem -> its Kernel, or why none serves it (str)
 _lock = threading.Lock()
+_recorders: list[list[Any]] = []  # one per open recording()
 
 
 def clear_kernel_choices() -> None:
@@ -55,11 +57,34 @@ def _note_once(op: str, reason: str) -> None:
     warnings.warn(f"kfactory::{op} ran PyTorch's own kernel: {reason}", KernelFactoryFallback, stacklevel=4)
 
 
+@contextlib.contextmanager
+def recording() -> Iterator[list[Any]]:
+    """Collect, in the order first met, every distinct problem our ops describe while the block runs.
+
+    Meanwhile PyTorch's kernels compute them, with no note: a recorded step is looked at, not timed,
+    and needs no compile (CPU tensors record too, so a step can be planned on any machine). It is
+    process-wide, not per thread: autograd runs a CUDA backward on threads of its own."""
+    seen: list[Any] = []
+    with _lock:
+        _recorders.append(seen)
+    try:
+        yield seen
+    finally:
+        with _lock:  # by identity: two recordings' lists may be equal
+            del _recorders[next(i for i, r in enumerate(_recorders) if r is seen)]
+
+
+def _record(problem: Any) -> bool:
+    """Add `problem` to every open recording; whether there was one."""
+    with _lock:
+        for seen in _recorders:
+            if problem not in seen:
+                seen.append(problem)
+        return bool(_recorders)
+
+
 def _kernel(op: str, tensors: Sequence[Tensor], layout: Layout | None, make_problem: Callable[[], Any]) -> Any | None:
     """Our kernel for the problem `make_problem()` describes, or None (noted once) when PyTorch runs it."""
-    if not all(t.is_cuda for t in tensors):
-        _note_once(op, "its tensors are not all on a CUDA device")
-        return None
     if layout is None:
         _note_once(op, "its tensors are neither all channels-last nor all contiguous")
         return None
@@ -70,6 +95,11 @@ def _kernel(op: str, tensors: Sequence[Tensor], layout: Layout | None, make_prob
         problem = make_problem()
     except KernelFactoryError as exc:
         _note_once(op, str(exc))
+        return None
+    if _record(problem):
+        return None
+    if not all(t.is_cuda for t in tensors):
+        _note_once(op, "its tensors are not all on a CUDA device")
         return None
     found = _choices.get(problem)
     if found is None:

@@ -1,0 +1,192 @@
+"""factory.torch.tune(model, example_inputs): tune every problem a model's training step meets.
+
+One forward and backward pass over the example inputs records the problems our ops describe (the
+model is left as found: no gradients accumulated, buffers such as BatchNorm's running statistics
+restored). Each distinct problem is then tuned on this GPU into the tuning DB, with a progress bar;
+or, given a fleet DB, queued there as jobs for `kfactory worker`s. Only modules that run our ops
+(factory.torch's modules, or a model after `patch`) meet problems. Run it under the autocast of
+the training step (`with torch.autocast("cuda", torch.bfloat16): tune(...)`) so the problems
+carry the dtypes the step will.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from ..api import Budget, tune_problem
+from ..backends import Backend, BackendError
+from ..problem import KernelFactoryError, UnsupportedProblem
+from ..progress_bars import progress_bar, tune_hooks
+from ..tuner import TuneSettings
+from .ops import clear_kernel_choices, recording
+
+
+@dataclass(frozen=True)
+class TunedProblem:
+    key: str
+    winner: str | None  # the instance that won; None when no candidate verified
+    median_us: float | None
+    measured: int  # candidates measured by this tune
+    reused: int  # candidates whose earlier measurement on this device counted
+
+
+@dataclass(frozen=True)
+class QueuedJobs:
+    """What queuing a model's problems in a fleet DB added, per device."""
+
+    db: str
+    added: int
+    present: int  # already queued (by this model or anything else)
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelTuneReport:
+    problems: tuple[str, ...]  # the distinct problems the step met, first met first
+    tuned: tuple[TunedProblem, ...] = ()  # tuned on this GPU (empty when queued)
+    queued: QueuedJobs | None = None
+    unservable: tuple[tuple[str, str], ...] = ()  # (problem, why): no instance computes it
+
+    def summary(self) -> str:
+        if not self.problems:
+            return ("the step met no problem of ours: only factory.torch's modules run our ops "
+                    "(patch(model) swaps them in)")
+        head = f"{len(self.problems)} problems met"
+        left_out = f"; {len(self.unservable)} left out (no instance computes them)" if self.unservable else ""
+        if self.queued is not None:
+            q = self.queued
+            return (f"{head}: {q.added} jobs added to {q.db} for {', '.join(q.devices)}, {q.present} already "
+                    f"queued{left_out}; run them: kfactory worker --db URL --gpus all")
+        won = sum(t.winner is not None for t in self.tuned)
+        return f"{head}: {len(self.tuned)} tuned, {won} with a verified winner{left_out}"
+
+
+def _tensors(value: Any) -> Iterator[Tensor]:
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def _sum_of_outputs(output: Any) -> Tensor:
+    """The loss a step without a loss function backpropagates: every floating output, summed."""
+    parts = [t.float().sum() for t in _tensors(output) if t.is_floating_point() and t.requires_grad]
+    if not parts:
+        raise KernelFactoryError("the model's output has no floating-point tensor that needs a gradient; "
+                                 "pass loss_fn= to say what the step backpropagates")
+    return torch.stack(parts).sum()
+
+
+@contextlib.contextmanager
+def _buffers_restored(model: torch.nn.Module) -> Iterator[None]:
+    saved = {name: b.detach().clone() for name, b in model.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                if name in saved:
+                    buffer.copy_(saved[name])
+
+
+def step_problems(model: torch.nn.Module, example_inputs: Any,
+                  loss_fn: Callable[[Any], Tensor] | None = None) -> list[Any]:
+    """The distinct problems one forward and backward pass of `model` on `example_inputs` meets,
+    first met first (PyTorch's kernels compute the pass). `loss_fn(output)` makes the loss;
+    without it, the sum of the outputs."""
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    with _buffers_restored(model), recording() as seen:
+        loss = (loss_fn or _sum_of_outputs)(model(*inputs))
+        wrt = [p for p in model.parameters() if p.requires_grad]
+        wrt += [t for t in _tensors(inputs) if t.requires_grad]
+        if wrt and loss.requires_grad:
+            torch.autograd.grad(loss, wrt, allow_unused=True)  # not .backward(): no .grad accumulates
+    return list(seen)
+
+
+def tune(
+    model: torch.nn.Module,
+    example_inputs: Any,
+    *,
+    loss_fn: Callable[[Any], Tensor] | None = None,
+    budget: int | Budget | None = None,
+    settings: TuneSettings = TuneSettings(),
+    db: Any = None,
+    backend: Backend | None = None,
+    fleet_db: str | None = None,
+    devices: str = "local",
+    max_attempts: int = 3,
+    progress: bool = True,
+) -> ModelTuneReport:
+    """Tune every problem a training step of `model` meets (see the module's docstring).
+
+    Here: each problem as `kfactory tune` would (`budget` candidates or seconds each, `db` or the
+    default DB, `backend` or this machine's GPU); the kernels ops choose are forgotten afterwards,
+    so the next step serves the new winners. With `fleet_db` (a DB URL or file): jobs queued there
+    instead, for `devices` (`local`, `all` the DB knows, or ids like `1,3`), nothing tuned here.
+    """
+    problems = step_problems(model, example_inputs, loss_fn)
+    keys = tuple(p.key for p in problems)
+    if fleet_db is not None:
+        queued, unservable = _enqueue(problems, fleet_db, devices, max_attempts)
+        return ModelTuneReport(keys, queued=queued, unservable=unservable)
+    tuned: list[TunedProblem] = []
+    unservable: list[tuple[str, str]] = []
+    with progress_bar(disable=not progress) as bar:
+        overall = bar.add_task("problems ", total=len(problems))
+        for problem in problems:
+            bar.console.print(f"tuning {problem.key}", markup=False, highlight=False, soft_wrap=True)
+            before = set(bar.task_ids)
+            try:
+                outcome = tune_problem(problem, backend, db, settings, **tune_hooks(bar), budget=budget)
+            except UnsupportedProblem as exc:
+                unservable.append((problem.key, str(exc)))
+            else:
+                winner = outcome.winner
+                tuned.append(TunedProblem(problem.key, winner.instance if winner else None,
+                                          winner.median_us if winner else None, outcome.measured, outcome.reused))
+            for task in set(bar.task_ids) - before:
+                bar.remove_task(task)
+            bar.advance(overall)
+    clear_kernel_choices()
+    return ModelTuneReport(keys, tuple(tuned), None, tuple(unservable))
+
+
+def _enqueue(problems: Sequence[Any], url: str, devices: str,
+             max_attempts: int) -> tuple[QueuedJobs, tuple[tuple[str, str], ...]]:
+    from tuning_db import TuningDB
+    from tuning_db.paths import as_db_url
+
+    from ..fleet.gpus import gpu_source
+    from ..fleet.problems import plan, target_devices
+
+    local = None
+    if devices.strip().lower() == "local":
+        try:
+            local = gpu_source().device()
+        except BackendError as exc:
+            raise KernelFactoryError(f"devices='local' needs a GPU on this machine ({exc}); queue for devices "
+                                     "the workers registered with devices='all' or ids like '1,3'") from None
+    db = TuningDB(as_db_url(url))
+    try:
+        added = present = 0
+        names: list[str] = []
+        unservable: list[tuple[str, str]] = []
+        for device_id, device in target_devices(db, devices, local):
+            jobs = plan(problems, device)
+            report = db.jobs.enqueue(jobs.specs, max_attempts)
+            added, present = added + report.added, present + report.present
+            names.append(f"#{device_id} {device.name} ({device.arch})")
+            unservable += [u for u in jobs.unservable if u not in unservable]
+        return QueuedJobs(db.location, added, present, tuple(names)), tuple(unservable)
+    finally:
+        db.close()

@@ -155,3 +155,32 @@ def test_a_patched_model_compiles_without_graph_breaks():
     out.sum().backward()
     torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
     assert model.stem.weight.grad is not None
+
+
+def test_under_autocast_a_patched_model_computes_and_learns_as_the_stock_one_does():
+    """Autocast's casts happen outside our autograd Functions: the same dtypes, values and gradients
+    (back in the parameters' fp32) as the stock model's, for the convolutions and the fused block."""
+    torch.manual_seed(5)
+    stock = nn.Sequential(Net(), nn.Unflatten(1, (5, 1, 1)), nn.Conv2d(5, 6, 1))
+    block = DepthwiseSeparableConv2d(6, 4, 1, activation_dw="relu")
+    patched = copy.deepcopy(stock)
+    patch(patched)
+    x = torch.randn(2, 3, 16, 16)
+    outputs, grads = [], []
+    for model in (stock, patched):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().square().sum().backward()
+        outputs.append(out)
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    assert outputs[1].dtype == outputs[0].dtype == torch.bfloat16
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
+    for name, grad in grads[0].items():
+        assert grads[1][name].dtype == grad.dtype == torch.float32, name
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-2, atol=1e-3)
+    x = torch.randn(2, 6, 5, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused, want = block(x), block.pointwise(torch.relu(block.depthwise(x)))
+    assert fused.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(fused, want, rtol=2e-2, atol=2e-2)

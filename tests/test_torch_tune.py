@@ -152,3 +152,12 @@ def test_queuing_for_the_local_gpu_without_one_is_a_clear_error(tmp_path, monkey
     model = nn.Sequential(GroupNorm(2, 4))
     with pytest.raises(KernelFactoryError, match="needs a GPU on this machine"):
         tune(model, torch.randn(1, 4, 5, requires_grad=True), fleet_db=str(tmp_path / "f.sqlite"))
+
+
+def test_under_autocast_the_problems_carry_the_step_s_dtype():
+    model = small_model()
+    patch(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        problems = step_problems(model, torch.randn(2, 8, 11, 11))
+    convs = [p for p in problems if isinstance(p, ConvProblem)]
+    assert convs and {p.dtype for p in convs} == {DType.BF16}

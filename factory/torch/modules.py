@@ -29,6 +29,34 @@ def _memory_format_of(t: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+# Devices whose autocast runs group_norm in fp32 (PyTorch's autocast op lists; CPU's leaves it alone).
+_GROUPNORM_FP32_AUTOCAST = frozenset({"cuda", "xpu"})
+
+
+def _autocast_dtype(t: Tensor, lower: bool) -> Optional[torch.dtype]:
+    """The dtype autocast would run an op on `t` in (`lower`: a convolution's lower precision; else
+    GroupNorm's float32 where that device's autocast asks for it), or None when it leaves it alone.
+
+    Our autograd Functions call aten ops autocast does not rewrite (and would save the uncast
+    tensors), so the modules cast as autocast would before calling them, with autocast off inside."""
+    kind = t.device.type
+    if not torch.is_autocast_enabled(kind):
+        return None
+    if lower:
+        return torch.get_autocast_dtype(kind)
+    return torch.float32 if kind in _GROUPNORM_FP32_AUTOCAST else None
+
+
+def _autocast_apply(function: Any, dtype: Optional[torch.dtype], device_type: str, *args: Any) -> Tensor:
+    """function.apply(*args), its floating tensors first cast to `dtype` and autocast off (a
+    differentiable cast: gradients come back in each parameter's own dtype), as autocast runs an op."""
+    if dtype is None:
+        return function.apply(*args)
+    cast = [a.to(dtype) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
+    with torch.autocast(device_type, enabled=False):
+        return function.apply(*cast)
+
+
 def _like(t: Tensor, model: Tensor) -> Tensor:
     """`t` in `model`'s memory format: a gradient may arrive in another one than its activation."""
     return t.contiguous(memory_format=_memory_format_of(model))
@@ -91,8 +119,9 @@ class _ConvMixin:
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
         if self.unsupported_reason is not None:
             return super()._conv_forward(input, weight, bias)  # type: ignore[misc]
-        return _ConvFunction.apply(input, weight, bias, list(self.stride), list(self.padding),  # type: ignore[attr-defined]
-                                   list(self.dilation), self.groups, self.kfactory_ops)  # type: ignore[attr-defined]
+        return _autocast_apply(_ConvFunction, _autocast_dtype(input, lower=True), input.device.type, input, weight, bias,
+                               list(self.stride), list(self.padding), list(self.dilation),  # type: ignore[attr-defined]
+                               self.groups, self.kfactory_ops)  # type: ignore[attr-defined]
 
 
 class Conv1d(_ConvMixin, nn.Conv1d):
@@ -134,7 +163,8 @@ class GroupNorm(nn.GroupNorm):
     unsupported_reason: str | None = None
 
     def forward(self, input: Tensor) -> Tensor:
-        return _GroupNormFunction.apply(input, self.num_groups, self.weight, self.bias, self.eps)
+        return _autocast_apply(_GroupNormFunction, _autocast_dtype(input, lower=False), input.device.type, input,
+                               self.num_groups, self.weight, self.bias, self.eps)
 
 
 class _DwsepFunction(torch.autograd.Function):
@@ -195,8 +225,9 @@ class DepthwiseSeparableConv2d(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         d = self.depthwise
-        return _DwsepFunction.apply(x, d.weight, self.pointwise.weight, d.bias, self.pointwise.bias, list(d.stride),
-                                    list(d.padding), list(d.dilation), self.activation_dw, self.activation_pw)
+        return _autocast_apply(_DwsepFunction, _autocast_dtype(x, lower=True), x.device.type, x, d.weight,
+                               self.pointwise.weight, d.bias, self.pointwise.bias, list(d.stride), list(d.padding),
+                               list(d.dilation), self.activation_dw, self.activation_pw)
 
     def extra_repr(self) -> str:
         return f"activation_dw={self.activation_dw!r}, activation_pw={self.activation_pw!r}"

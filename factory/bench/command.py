@@ -53,6 +53,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.add_argument("--replot", metavar="RESULTS.json", help="redraw speedup.png and roofline.png in --out from a stored run; runs nothing")
     p.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="per-case ratios between two runs; runs nothing")
+    from .training_report import add_model_arguments
+
+    add_model_arguments(p)
     p.set_defaults(func=cmd_bench)
     return p
 
@@ -63,6 +66,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _compare(console, *args.compare)
     if args.replot:
         return _replot(args.replot, args.out)
+    if args.model is not None:
+        from .training_report import cmd_model_bench
+
+        return cmd_model_bench(args)
     random_run: dict[str, Any] | None = None
     suite_path: str | None = None
     if args.random is not None:

@@ -1,0 +1,295 @@
+"""`kfactory bench --model NAME`: a full training step of a real network, stock PyTorch vs patched.
+
+A step is forward + cross-entropy loss + backward + SGD (momentum) update on fixed random data, under
+the chosen autocast and memory format. The stock and the patched model are built from the same seed
+(the same weights); `factory.torch.patch` swaps the patched one's modules. Per configuration:
+
+- the median step time of each (CUDA events around each step; warm-up first, which also lets the ops
+  choose and load their kernels), and the ratio;
+- the losses of `steps` training steps from the same seed, stock vs patched, beside the same
+  comparison of stock with a second stock run (PyTorch's own run-to-run noise, which nondeterministic
+  kernels make non-zero), and whether the patched run stays within tolerance;
+- where the time went: the GPU time of one step by kernel kind (ours, convolution, normalization, GEMM,
+  elementwise, optimizer, other) and its ten largest kernels, from torch.profiler.
+
+The architectures are torchvision's, built without weights (torchvision must be installed).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from .model import BenchError
+
+# Our names for the architectures, and torchvision's builders of them.
+ARCHITECTURES = {"mobilenet_v2": "mobilenet_v2", "convnext_tiny": "convnext_tiny", "resnext50": "resnext50_32x4d"}
+AUTOCASTS = ("bf16", "fp16", "none")
+MEMORY_FORMATS = ("channels_last", "contiguous")
+# Largest relative loss difference from stock a patched run may show over `steps` steps (per autocast):
+# reduced precision lets rounding differences of the same math grow through training steps.
+LOSS_RTOL = {"none": 1e-3, "bf16": 5e-2, "fp16": 2e-2}
+# Kernel kinds of the breakdown, first match wins (names as the CUDA profiler reports kernels).
+KERNEL_KINDS = (
+    ("ours", re.compile(r"^kf_")),
+    ("optimizer", re.compile(r"multi_tensor|foreach|sgd|momentum", re.I)),
+    ("convolution", re.compile(r"conv|cudnn|wgrad|dgrad|fprop|implicit|winograd|xmma|nhwckrsc", re.I)),
+    ("normalization", re.compile(r"norm|welford|batch_norm|group_norm|layer_norm", re.I)),
+    ("gemm", re.compile(r"gemm|cublas|sm90_xmma|cutlass|matmul", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|reduce|copy|fill|unrolled", re.I)),
+)
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One configuration of a model's training step."""
+
+    architecture: str
+    batch: int = 64
+    size: int = 224
+    autocast: str = "bf16"  # AUTOCASTS
+    memory_format: str = "channels_last"  # MEMORY_FORMATS
+    classes: int = 1000
+    lr: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise BenchError(f"--model {self.architecture!r}: one of {', '.join(ARCHITECTURES)}")
+        if self.autocast not in AUTOCASTS:
+            raise BenchError(f"--autocast {self.autocast!r}: one of {', '.join(AUTOCASTS)}")
+        if self.memory_format not in MEMORY_FORMATS:
+            raise BenchError(f"--memory-format {self.memory_format!r}: one of {', '.join(MEMORY_FORMATS)}")
+        if self.batch < 1 or self.size < 32 or self.classes < 2:
+            raise BenchError(f"--batch {self.batch} and --size {self.size} must be >= 1 and >= 32")
+
+    @property
+    def label(self) -> str:
+        return f"{self.architecture} b{self.batch} {self.size}² {self.autocast} {self.memory_format}"
+
+
+def build_architecture(config: StepConfig) -> Any:
+    """torchvision's network, randomly initialised from torch's current seed."""
+    try:
+        import torchvision
+    except ImportError:
+        raise BenchError("--model needs torchvision (pip install torchvision matching your torch)") from None
+    return getattr(torchvision.models, ARCHITECTURES[config.architecture])(weights=None, num_classes=config.classes)
+
+
+class TrainingStep:
+    """A model, its SGD optimizer and one fixed random batch: each call is one training step and
+    returns its loss (a tensor, not synchronised)."""
+
+    def __init__(self, model: Any, config: StepConfig, device: Any, seed: int) -> None:
+        import torch
+
+        fmt = torch.channels_last if config.memory_format == "channels_last" else torch.contiguous_format
+        generator = torch.Generator().manual_seed(seed)
+        self.model = model.to(device=device, memory_format=fmt).train()
+        self.images = torch.randn(config.batch, 3, config.size, config.size, generator=generator).to(
+            device=device, memory_format=fmt)
+        self.labels = torch.randint(0, config.classes, (config.batch,), generator=generator).to(device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=config.lr, momentum=0.9)
+        self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.autocast)
+        self.device = torch.device(device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast is torch.float16)
+
+    def __call__(self) -> Any:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None):
+            loss = torch.nn.functional.cross_entropy(self.model(self.images), self.labels)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach()
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    name: str
+    kind: str
+    us: float  # GPU time per step
+    calls: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where one step's GPU time went."""
+
+    total_us: float
+    by_kind: dict[str, float]
+    top: tuple[KernelTime, ...]
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    config: StepConfig
+    stock_ms: float
+    patched_ms: float
+    stock_spread: float  # (p90 - p10) / median of the per-step times
+    patched_spread: float
+    losses_stock: tuple[float, ...]
+    losses_patched: tuple[float, ...]
+    losses_stock_again: tuple[float, ...]  # a second stock run: PyTorch's run-to-run noise
+    loss_rtol: float
+    swapped: int
+    kept: tuple[str, ...]  # modules patch() left alone, with why
+    problems: int  # distinct problems of ours the patched step meets
+    breakdown_stock: Breakdown | None = None
+    breakdown_patched: Breakdown | None = None
+    fallbacks: tuple[str, ...] = ()  # the fallback notes the patched steps gave
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def speedup(self) -> float:
+        return self.stock_ms / self.patched_ms
+
+    @property
+    def loss_diff(self) -> float:
+        return relative_difference(self.losses_patched, self.losses_stock)
+
+    @property
+    def noise(self) -> float:
+        return relative_difference(self.losses_stock_again, self.losses_stock)
+
+    @property
+    def losses_agree(self) -> bool:
+        return self.loss_diff <= self.loss_rtol
+
+    def record(self) -> dict[str, Any]:
+        out = asdict(self)
+        out |= {"speedup": self.speedup, "loss_diff": self.loss_diff, "noise": self.noise,
+                "losses_agree": self.losses_agree}
+        return out
+
+
+def relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
+    """Largest |a - b| / max(|b|, 1e-6) over the steps (inf when a loss is not finite)."""
+    if len(a) != len(b):
+        raise ValueError("loss lists differ in length")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return math.inf
+        worst = max(worst, abs(x - y) / max(abs(y), 1e-6))
+    return worst
+
+
+def losses(step: TrainingStep, steps: int) -> tuple[float, ...]:
+    import torch
+
+    return tuple(float(v) for v in torch.stack([step() for _ in range(steps)]).float().cpu())
+
+
+def time_steps(step: Callable[[], Any], reps: int, warmup: int, device: Any) -> tuple[float, float]:
+    """(median ms, relative spread) of a step: CUDA events around each on a GPU, the wall clock elsewhere."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    cuda = torch.device(device).type == "cuda"
+    times: list[float] = []
+    for _ in range(reps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            began = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - began) * 1e3)
+    median = statistics.median(times)
+    ordered = sorted(times)
+    spread = (ordered[int(0.9 * (len(ordered) - 1))] - ordered[int(0.1 * (len(ordered) - 1))]) / median
+    return median, spread
+
+
+def kernel_kind(name: str) -> str:
+    for kind, pattern in KERNEL_KINDS:
+        if pattern.search(name):
+            return kind
+    return "other"
+
+
+def breakdown(step: Callable[[], Any], device: Any, steps: int = 3) -> Breakdown:
+    """The GPU kernels of `steps` profiled steps (CPU ops on a machine without one), per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.device(device).type == "cuda"
+    activities = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    step()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize(device)
+    kernels: dict[str, list[float]] = {}
+    for event in prof.events():
+        is_kernel = event.device_type == torch.autograd.DeviceType.CUDA if cuda else not event.cpu_children
+        if not is_kernel:
+            continue
+        us = event.device_time if cuda else event.cpu_time
+        kernels.setdefault(event.name, []).append(us)
+    rows = sorted((KernelTime(name[:120], kernel_kind(name), sum(t) / steps, len(t) // steps)
+                   for name, t in kernels.items()), key=lambda k: -k.us)
+    by_kind: dict[str, float] = {}
+    for row in rows:
+        by_kind[row.kind] = by_kind.get(row.kind, 0.0) + row.us
+    return Breakdown(sum(r.us for r in rows), dict(sorted(by_kind.items(), key=lambda kv: -kv[1])), tuple(rows[:10]))
+
+
+def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 20, warmup: int = 5, seed: int = 0,
+              tune: bool = False, profile: bool = True, build: Callable[[StepConfig], Any] | None = None,
+              say: Callable[[str], None] = lambda line: None) -> ModelResult:
+    """Time and compare one configuration; see the module's docstring. `tune` first tunes every problem
+    the patched step meets (factory.torch.tune) into the default DB."""
+    import warnings
+
+    import torch
+
+    from ..torch import KernelFactoryFallback, clear_kernel_choices, patch, step_problems
+    from ..torch import tune as tune_model
+
+    clear_kernel_choices()  # each configuration chooses its kernels and says its fallbacks afresh
+
+    def fresh(patched: bool) -> tuple[TrainingStep, Any]:
+        torch.manual_seed(seed)
+        model = (build or build_architecture)(config)
+        report = patch(model) if patched else None
+        return TrainingStep(model, config, device, seed), report
+
+    say(f"{config.label}: losses of {steps} steps (stock, stock again, patched)")
+    losses_stock = losses(fresh(False)[0], steps)
+    losses_again = losses(fresh(False)[0], steps)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", KernelFactoryFallback)
+        patched, report = fresh(True)
+        with torch.autocast(torch.device(device).type, dtype=patched.autocast or torch.float32,
+                            enabled=patched.autocast is not None):
+            met = step_problems(patched.model, patched.images,
+                                lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
+            if tune:
+                say(f"{config.label}: tuning the {len(met)} problems the patched step meets")
+                tune_model(patched.model, patched.images,
+                           loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
+        losses_patched = losses(patched, steps)
+        say(f"{config.label}: timing {reps} steps each")
+        stock = fresh(False)[0]
+        stock_ms, stock_spread = time_steps(stock, reps, warmup, device)
+        patched_ms, patched_spread = time_steps(patched, reps, warmup, device)
+        profiles = (breakdown(stock, device), breakdown(patched, device)) if profile else (None, None)
+    fallbacks = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, KernelFactoryFallback)))
+    return ModelResult(
+        config, stock_ms, patched_ms, stock_spread, patched_spread, losses_stock, losses_patched, losses_again,
+        LOSS_RTOL[config.autocast], len(report.swapped), tuple(k.line() for k in report.kept), len(met),
+        profiles[0], profiles[1], fallbacks)

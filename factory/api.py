@@ -33,6 +33,7 @@ from .ops.base import Launch, Role, TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
 from .nearest import nearest_choice
 from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, lookup, served_choice
+from .shipped import ShippedWinner, lookup_shipped
 from . import sources
 from .sources import hash_of, source_of
 from .tuner import Progress, TuneSettings, TuneTimes, retry_on_resume, tune_timed
@@ -264,6 +265,9 @@ def select(
     if choice.instance is not None:
         return kernel_for(choice.instance, problem, backend)
     if mode is SelectMode.DB:
+        shipped = lookup_shipped(problem, backend.device_info())
+        if shipped.instance is not None:
+            return kernel_for(shipped.instance, problem, backend)
         why = "".join(f"; {r.line()}" for r in choice.refusals)
         raise NotTuned(f"no tuned winner for {problem.key} on this device{why}; run `kfactory tune` or use mode=tune")
     candidates = lookup(problem, target=target)
@@ -280,6 +284,7 @@ class Origin(enum.Enum):
     """Where a served kernel came from."""
 
     TUNED = "tuned"  # this problem's winner on this device
+    SHIPPED = "shipped"  # the package's winner from an identical device (factory.shipped)
     NEAREST = "nearest"  # the winner of the nearest tuned problem (factory.nearest)
     HEURISTIC = "heuristic"  # the op's prior, no measurement
 
@@ -289,20 +294,26 @@ class Served:
     instance: Instance
     origin: Origin
     from_problem: str | None = None  # NEAREST: the tuned problem whose winner this is
+    shipped: ShippedWinner | None = None  # SHIPPED: the winner as shipped
 
     def describe(self) -> str:
         if self.origin is Origin.NEAREST:
             return f"served: nearest (winner of {self.from_problem})"
+        if self.shipped is not None:
+            return f"served: {self.shipped.describe()}"
         return f"served: {self.origin.value}"
 
 
 def untuned_choice(problem: Any, db: TuningDB, backend: Backend) -> Served:
-    """What select(mode=AUTO) serves without tuning: the stored winner, else the nearest tuned
-    problem's winner, else the heuristic's pick."""
+    """What select(mode=AUTO) serves without tuning: the stored winner, else the winner shipped from
+    an identical device, else the nearest tuned problem's winner, else the heuristic's pick."""
     device = backend.device_info()
     choice = served_choice(problem, db, device)
     if choice.instance is not None:
         return Served(choice.instance, Origin.TUNED)
+    shipped = lookup_shipped(problem, device)
+    if shipped.instance is not None:
+        return Served(shipped.instance, Origin.SHIPPED, shipped=shipped.found)
     near = nearest_choice(problem, db, device)
     if near is not None:
         return Served(near.instance, Origin.NEAREST, near.source_key)

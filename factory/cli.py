@@ -326,6 +326,7 @@ def _number(value: float | None, form: str) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     from .nearest import nearest_choice
     from .selector import stored_choice, tune_command
+    from .shipped import lookup_shipped
 
     problem = _problem(args)
     db = _open_db(args, read_only=True)
@@ -353,9 +354,18 @@ def cmd_query(args: argparse.Namespace) -> int:
                    "recorded_at": winner.recorded_at.astimezone(timezone.utc).isoformat(), "not_served": refusals}
     else:
         advice = tune_command(problem) if device is not None else None
+        shipped = lookup_shipped(problem, device) if device is not None else None
         near = nearest_choice(problem, db, device) if device is not None else None
         instead: dict[str, Any] = {"instance": guess.name, "source": "heuristic", "advice": advice}
-        if near is not None:
+        if shipped is not None and shipped.found is not None:
+            found = shipped.found.winner
+            result["shipped"] = {"instance": found.instance, "median_us": found.median_us, "device": found.device.name,
+                                 "sm_count": found.device.sm_count, "match": shipped.found.match.value,
+                                 "served": shipped.instance is not None,
+                                 "not_served": [_refusal_record(r) for r in shipped.refusals]}
+        if shipped is not None and shipped.instance is not None:
+            instead = {"instance": shipped.instance.name, "source": "shipped", "advice": advice}
+        elif near is not None:
             instead = {"instance": near.instance.name, "source": "nearest", "from_problem": near.source_key,
                        "from_instance": near.source_instance, "from_us": near.source_us,
                        "distance": round(near.distance, 3), "advice": advice}
@@ -376,6 +386,18 @@ def cmd_query(args: argparse.Namespace) -> int:
                       markup=False, highlight=False, soft_wrap=True)
         return 0
     instead = result["instead"]
+    shipped_note = result.get("shipped")
+    if instead["source"] == "shipped":
+        console.print(f"untuned on this device; serving {instead['instance']}, the winner shipped for this problem "
+                      f"({shipped_note['median_us']:.2f} µs on {shipped_note['device']}); to tune it here: "
+                      f"{tune_command(problem)}", markup=False, highlight=False, soft_wrap=True)
+        return 0
+    if shipped_note is not None:
+        why = "; ".join(r["reason"] for r in shipped_note["not_served"]) or (
+            f"shipped from a similar device ({shipped_note['device']}, {shipped_note['sm_count']} SMs); "
+            "served once re-timed here: kfactory db verify --shipped")
+        console.print(f"shipped winner {shipped_note['instance']} not served: {why}", markup=False, highlight=False,
+                      soft_wrap=True)
     if instead["source"] == "nearest":
         console.print(f"untuned on this device; serving {instead['instance']}, the winner of the nearest tuned "
                       f"problem {instead['from_problem']} ({instead['from_us']:.2f} µs there); to tune it here: "
@@ -438,6 +460,42 @@ def _report_upgrade(db: Any, as_json: bool) -> int:
     return 0
 
 
+def _verify_shipped(args: argparse.Namespace, backend: Any, db: Any, op: str | None) -> int:
+    from .recheck import describe_shipped, retime_shipped
+    from .shipped import shipped_winners
+    from .tuner import TuneSettings
+
+    device = backend.device_info()
+    todo = [s for s in shipped_winners().similar_to(device) if op is None or s.winner.op == op]
+    with progress_bar() as bar:
+        task = bar.add_task("re-timing", total=len(todo))
+        results = retime_shipped(db, backend, op=op, settings=TuneSettings(reps=args.reps),
+                                 on_winner=lambda shipped: bar.advance(task))
+    records = [{"problem": r.problem_key, "instance": r.shipped.winner.instance, "shipped_us": r.shipped.winner.median_us,
+                "shipped_device": r.shipped.winner.device.name, "shipped_sm_count": r.shipped.winner.device.sm_count,
+                "now_us": r.now.median_us if r.now is not None else None, "trusted": r.trusted,
+                "already": r.already, "winner": r.winner.instance if r.winner else None,
+                "detail": describe_shipped(r)} for r in results]
+    if args.json:
+        _emit_json({"device": device.name, "shipped": records})
+        return 0
+    if not results:
+        console.print(f"no shipped winner of a device similar to this {device.name} ({device.arch}, "
+                      f"{device.sm_count} SMs) to re-time", markup=False, highlight=False, soft_wrap=True)
+        return 0
+    table = Table(title=f"shipped winners re-timed on {device.name}")
+    for col in ("problem", "instance", "shipped µs", "shipped on", "now µs", "action"):
+        table.add_column(col, justify="right" if col.endswith("µs") else "left", overflow="fold")
+    for r, rec in zip(results, records):
+        table.add_row(r.problem_key, rec["instance"], f"{rec['shipped_us']:.2f}",
+                      f"{rec['shipped_device']} ({rec['shipped_sm_count']} SMs)", _number(rec["now_us"], "{:.2f}"),
+                      rec["detail"])
+    console.print(table)
+    trusted = sum(r.trusted for r in results)
+    console.print(f"{trusted} of {len(results)} served here from now on", markup=False, highlight=False)
+    return 0
+
+
 def cmd_db_verify(args: argparse.Namespace) -> int:
     from .recheck import Action, as_record, describe, recheck_winners
     from .tuner import TuneSettings
@@ -447,6 +505,8 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
     op = args.op.value if args.op else None
     backend = _backend()
     db = _open_db(args)
+    if args.shipped:
+        return _verify_shipped(args, backend, db, op)
     with progress_bar() as bar:
         task = bar.add_task("verifying", total=len(db.winners(op)))
         seen = [0]
@@ -708,6 +768,9 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--threshold", type=float, default=1.25,
                      help="re-tune when now > threshold x the recorded time (default 1.25)")
     ver.add_argument("--reps", type=_reps, default=25, help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS})")
+    ver.add_argument("--shipped", action="store_true",
+                     help="instead: time once each winner shipped from a similar device (same arch, another model "
+                          "or SM count) on this GPU and record it, so it is served here from then on")
     ver.add_argument("--json", action="store_true")
     _add_db(ver)
     db.set_defaults(func=cmd_db)

@@ -18,8 +18,10 @@ from typing import Any, Callable
 
 from .api import tune_problem
 from .backends import Backend
+from .catalog import instance_by_name
 from .device import target_for
 from .selector import Refusal, UnreadableKey, device_refusals, lookup, problem_from_key, serving_refusals
+from .shipped import ShippedWinner
 from .sources import hash_of
 from .tuner import Progress, TuneSettings, tune
 from tuning_db import Measurement, TuningDB, Winner
@@ -143,3 +145,78 @@ def as_record(result: Recheck) -> dict[str, Any]:
 
 def _refusal_record(r: Refusal) -> dict[str, Any]:
     return {"kind": r.kind.value, "reason": r.message, "recorded": r.recorded, "current": r.current}
+
+
+@dataclass(frozen=True)
+class ShippedRetime:
+    """One winner shipped from a similar device, after `db verify --shipped`."""
+
+    problem_key: str
+    shipped: ShippedWinner
+    now: Measurement | None = None  # this GPU's measurement of it; None when not timed
+    winner: Winner | None = None  # this device's winner in the user's DB afterwards
+    refusals: tuple[Refusal, ...] = ()  # why it cannot be served at all (catalog, code)
+    already: bool = False  # re-timed here before: not timed again
+
+    @property
+    def trusted(self) -> bool:
+        """Verified on this GPU: served here from now on (as this device's winner, or beaten by one)."""
+        return self.now is not None and self.now.verified and self.now.median_us is not None
+
+
+def retime_shipped(
+    db: TuningDB,
+    backend: Backend,
+    *,
+    op: str | None = None,
+    settings: TuneSettings = TuneSettings(),
+    on_winner: Callable[[ShippedWinner], None] | None = None,
+) -> list[ShippedRetime]:
+    """Time each winner shipped from a device similar to this one (factory.shipped), once, on this
+    GPU; record the measurement in `db` and re-decide this device's winner among the problem's
+    current candidates, so a verified one is served here from then on (a faster own winner stays)."""
+    from .api import candidate_code
+    from .shipped import shipped_winners
+
+    device = backend.device_info()
+    results: list[ShippedRetime] = []
+    for shipped in shipped_winners().similar_to(device):
+        if op is not None and shipped.winner.op != op:
+            continue
+        if on_winner is not None:
+            on_winner(shipped)
+        key = shipped.winner.problem_key
+        try:
+            problem = problem_from_key(key)
+        except UnreadableKey:
+            continue  # a key of another version's ops: nothing here could serve it
+        refusals = tuple(serving_refusals(problem, shipped.winner, None, target_for(device)))
+        if refusals:
+            results.append(ShippedRetime(key, shipped, refusals=refusals))
+            continue
+        instance = instance_by_name(shipped.winner.instance)
+        code = hash_of(instance)
+        before = [m for m, _, _ in db.measurements(key, device) if m.instance == instance.name and m.source_hash == code]
+        if before:
+            results.append(ShippedRetime(key, shipped, before[-1], db.best(key, device), already=True))
+            continue
+        [now] = tune(problem, [instance], backend, settings)
+        now = dataclasses.replace(now, source_hash=code)
+        db.record(key, problem.op.value, device, [now])
+        winner = db.decide(key, device, candidate_code(problem, device))
+        results.append(ShippedRetime(key, shipped, now, winner))
+    return results
+
+
+def describe_shipped(result: ShippedRetime) -> str:
+    """The action column of `db verify --shipped`, in words."""
+    if result.refusals:
+        return "not served: " + "; ".join(r.message for r in result.refusals)
+    now = result.now
+    timed = f"{now.median_us:.2f} µs here" if now is not None and now.median_us is not None else "not timed"
+    if not result.trusted:
+        return f"fails here ({(now.error if now else None) or 'not verified'}); not served"
+    served = "served here"
+    if result.winner is not None and result.winner.instance != result.shipped.winner.instance:
+        served = f"this device's own winner {result.winner.instance} is faster"
+    return f"{'re-timed before' if result.already else 're-timed'}: {timed}; {served}"

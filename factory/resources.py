@@ -32,3 +32,11 @@ def instances_dir() -> Path:
 def bench_dir() -> Path:
     """The benchmark suites (bench/*.toml)."""
     return _data_dir("bench")
+
+
+def shipped_dir() -> Path:
+    """The shipped winners (shipped/*.json; factory.shipped); a path that may hold no file."""
+    try:
+        return _data_dir("shipped")
+    except ModuleNotFoundError:
+        return _REPO_ROOT / "shipped"

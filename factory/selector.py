@@ -19,8 +19,8 @@ from tuning_db import Mismatch, TuningDB, Winner, WinnerLookup
 
 
 class SelectMode(enum.Enum):
-    AUTO = "auto"  # the DB's winner; else the nearest tuned problem's winner (factory.nearest); else the heuristic
-    DB = "db"  # the DB's winner or an error
+    AUTO = "auto"  # the DB's winner; else a shipped one (factory.shipped); else the nearest tuned problem's; else the heuristic's
+    DB = "db"  # the DB's winner, else a shipped one, or an error
     HEURISTIC = "heuristic"  # never look at the DB
     TUNE = "tune"  # the DB's winner, tuning (and storing) first when there is none
     FORCE = "force"  # the named instance

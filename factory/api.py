@@ -20,7 +20,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import numerics
 from .backends import Backend, BackendError, get_backend
@@ -28,6 +28,7 @@ from .catalog import Instance
 from .compile_cache import CompileJob, compile_cached
 from .device import target_for
 from .executor import MODULES, PreparedPlan
+from .kernel_resources import KernelResources
 from .ops import solver_for
 from .ops.base import Launch, Role, TensorSpec
 from .problem import ConvProblem, DType, KernelFactoryError, Layout, Op, UnsupportedProblem
@@ -154,6 +155,23 @@ def tune_problem(
     latest = stored | {m.instance: m for m in measured}
     kept = [latest[c.name] for c in candidates if c.name in latest]
     return TuneOutcome(kept, winner, len(stored), applicable - len(kept), times)
+
+
+def compiled_resources(problem: Any, names: Iterable[str], backend: Backend) -> dict[str, KernelResources]:
+    """What the compiler reported (registers, spills, stack, static shared memory) for each named
+    candidate of `problem` on this device, read from the compile cache without compiling; a
+    candidate whose binary is not cached (or whose compiler reports nothing) is left out."""
+    from .compile_cache import cached_resources
+
+    info = backend.device_info()
+    wanted = set(names)
+    found: dict[str, KernelResources] = {}
+    for c in lookup(problem, target=target_for(info)):
+        if c.name in wanted:
+            resources = cached_resources(info.backend, CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)))
+            if resources is not None:
+                found[c.name] = resources
+    return found
 
 
 def rank_candidates(problem: Any, candidates: Sequence[Instance], target: Any) -> list[Instance]:

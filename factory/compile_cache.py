@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import platformdirs
 
 from .backends import BackendKind, CompiledBinary, compiler_for, compiler_version
+from .kernel_resources import KernelResources, main_resources
 
 CACHE_ENV = "KFACTORY_CACHE_DIR"
 _MAGIC = b"KFBIN001"
@@ -113,6 +114,28 @@ class CompileOutcome:
     error: str | None
     cached: bool
     cache_error: str | None = None  # the binary is good, but could not be stored in the cache
+    resources: KernelResources | None = None  # what the compiler reported; None when it reported nothing
+
+
+def _resources_path(binary_path: Path) -> Path:
+    return binary_path.with_suffix(".res.json")
+
+
+def _read_resources(binary_path: Path) -> KernelResources | None:
+    payload = _read_entry(_resources_path(binary_path))
+    return None if payload is None else KernelResources.from_json(payload.decode(errors="replace"))
+
+
+def cached_resources(kind: BackendKind, job: CompileJob, directory: Path | None = None) -> KernelResources | None:
+    """The figures the compile cache keeps for `job`'s binary, without compiling; None if it has none."""
+    directory = directory if directory is not None else usable_cache_dir()
+    if directory is None:
+        return None
+    try:
+        key = cache_key(job.source, job.arch, compiler_version(kind), job.options)
+    except Exception:  # noqa: BLE001 - no compiler here: nothing was cached by it either
+        return None
+    return _read_resources(directory / f"{key}.bin")
 
 
 def compile_cached(kind: BackendKind, job: CompileJob, directory: Path | None = None) -> CompileOutcome:
@@ -127,17 +150,20 @@ def _compile_one(kind: BackendKind, job: CompileJob, directory: Path | None) -> 
         path = None if directory is None else directory / f"{cache_key(job.source, job.arch, compiler, job.options)}.bin"
         payload = None if path is None else _read_entry(path)
         if payload is not None:
-            return CompileOutcome(job.name, payload, None, True)
+            return CompileOutcome(job.name, payload, None, True, resources=_read_resources(path))
         result: CompiledBinary = compiler_for(kind)(job.source, job.arch, job.options)
     except Exception as exc:  # noqa: BLE001 - a failed candidate is recorded with its error, never fatal
         return CompileOutcome(job.name, None, f"{type(exc).__name__}: {exc}", False)
+    resources = main_resources(result.log)
     if path is None:
-        return CompileOutcome(job.name, result.binary, None, False)
+        return CompileOutcome(job.name, result.binary, None, False, resources=resources)
     try:
+        if resources is not None:  # first: a binary in the cache always has its figures beside it
+            _write_entry(_resources_path(path), resources.to_json().encode())
         _write_entry(path, result.binary)
     except OSError as exc:
-        return CompileOutcome(job.name, result.binary, None, False, f"{directory}: {_reason(exc)}")
-    return CompileOutcome(job.name, result.binary, None, False)
+        return CompileOutcome(job.name, result.binary, None, False, f"{directory}: {_reason(exc)}", resources)
+    return CompileOutcome(job.name, result.binary, None, False, resources=resources)
 
 
 class CompileStream:

@@ -72,7 +72,7 @@ def entries(directory: Path) -> list[Path]:
 
 
 def assert_no_temp_files(directory: Path) -> None:
-    assert [p.name for p in directory.iterdir() if not p.name.endswith(".bin")] == []
+    assert [p.name for p in directory.iterdir() if not p.name.endswith((".bin", ".res.json"))] == []
 
 
 # --- hits and misses -------------------------------------------------------------------------------
@@ -88,6 +88,9 @@ def test_second_compile_is_a_cache_hit(real_compiler, job, cache):
     assert second.cached is True and second.binary == first.binary and second.name == job.name
     assert len(real_compiler.calls) == 1
     assert_no_temp_files(cache)
+    # The compiler's figures are kept beside the binary and come back with a hit, or alone.
+    assert first.resources is not None and first.resources.registers > 0
+    assert second.resources == first.resources == compile_cache.cached_resources(BackendKind.CUDA, job)
 
 
 def test_truncated_entry_is_rebuilt_not_loaded(real_compiler, job, cache):

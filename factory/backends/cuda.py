@@ -111,7 +111,9 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] = ()) -> Compile
         )
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []), "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{include}", "-default-device", *options]
+        # ptxas -v: the log reports registers, spills and shared memory per kernel (factory.kernel_resources).
+        opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{include}", "-default-device", "--ptxas-options=-v",
+                *options]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         log = _program_log(nvrtc, prog)
         if int(status) != 0:

@@ -279,10 +279,16 @@ def test_a_compile_with_an_empty_log_leaves_python_s_shared_bytes_alone() -> Non
     """NVRTC writes its log's terminating NUL into the buffer it is given; an empty log has size 1, and
     a one-byte bytes object is CPython's shared singleton. Writing there once turned every b" " (and
     text built from it, e.g. torch's operator schemas) into NUL for the rest of the process."""
-    from factory.backends.cuda import compile_cuda
+    from factory.backends.cuda import _check, _nvrtc, _program_log
 
-    result = compile_cuda('extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }', CUDA_ARCH)
-    assert result.log == "" and result.binary
+    nvrtc = _nvrtc()  # compiled without ptxas -v (compile_cuda always asks for it): an empty log
+    source = b'extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }'
+    prog = _check(nvrtc.nvrtcCreateProgram(source, b"k.cu", 0, [], []), "nvrtcCreateProgram")
+    try:
+        _check(nvrtc.nvrtcCompileProgram(prog, 1, [f"--gpu-architecture={CUDA_ARCH}".encode()]), "nvrtcCompileProgram")
+        assert _program_log(nvrtc, prog) == ""
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
     assert bytes([32])[0] == 32 and " ".encode()[0] == 32 and b" ".decode() == " "
 
 

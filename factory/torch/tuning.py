@@ -144,7 +144,8 @@ def tune(
     with progress_bar(disable=not progress) as bar:
         overall = bar.add_task("problems ", total=len(problems))
         for problem in problems:
-            bar.console.print(f"tuning {problem.key}", markup=False, highlight=False, soft_wrap=True)
+            if progress:
+                bar.console.print(f"tuning {problem.key}", markup=False, highlight=False, soft_wrap=True)
             before = set(bar.task_ids)
             try:
                 outcome = tune_problem(problem, backend, db, settings, **tune_hooks(bar), budget=budget)

@@ -157,20 +157,41 @@ def tune_problem(
     return TuneOutcome(kept, winner, len(stored), applicable - len(kept), times)
 
 
-def compiled_resources(problem: Any, names: Iterable[str], backend: Backend) -> dict[str, KernelResources]:
-    """What the compiler reported (registers, spills, stack, static shared memory) for each named
-    candidate of `problem` on this device, read from the compile cache without compiling; a
+@dataclass(frozen=True)
+class CompiledFigures:
+    """A candidate's figures from its compile: what the compiler reported, and the theoretical
+    occupancy its main kernel reaches on this device for the problem (None: not described)."""
+
+    resources: KernelResources
+    occupancy: float | None
+
+
+def compiled_figures(problem: Any, names: Iterable[str], backend: Backend) -> dict[str, CompiledFigures]:
+    """The compiler's figures (registers, spills, stack, static shared memory) and occupancy of each
+    named candidate of `problem` on this device, read from the compile cache without compiling; a
     candidate whose binary is not cached (or whose compiler reports nothing) is left out."""
     from .compile_cache import cached_resources
+    from .kernel_resources import MAIN_ENTRY
+    from .occupancy import occupancy
 
     info = backend.device_info()
+    target = target_for(info)
+    solver = solver_for(problem.op)
     wanted = set(names)
-    found: dict[str, KernelResources] = {}
-    for c in lookup(problem, target=target_for(info)):
-        if c.name in wanted:
-            resources = cached_resources(info.backend, CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)))
-            if resources is not None:
-                found[c.name] = resources
+    found: dict[str, CompiledFigures] = {}
+    for c in lookup(problem, target=target):
+        if c.name not in wanted:
+            continue
+        resources = cached_resources(info.backend, CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)))
+        if resources is None:
+            continue
+        launches = [step for step in solver.launch_plan(c.family, c.params, problem, target).steps
+                    if isinstance(step, Launch) and step.entry == MAIN_ENTRY]
+        occupied = None
+        if launches:
+            block, shared = launches[0].block, launches[0].shared_bytes
+            occupied = occupancy(resources, block[0] * block[1] * block[2], shared, target)
+        found[c.name] = CompiledFigures(resources, occupied)
     return found
 
 

@@ -272,7 +272,7 @@ def _print_instances(instances: Sequence[Instance], title: str) -> None:
 
 # --- tune ---------------------------------------------------------------------------------------
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .api import compiled_resources, tune_problem
+    from .api import compiled_figures, tune_problem
     from .tuner import TuneSettings
 
     problem = _problem(args)
@@ -285,7 +285,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # The stored winner (if any) is not this run's outcome: --fresh decided from new times only.
         outcome = dataclasses.replace(outcome, winner=None)
     ranked = sorted(outcome.measurements, key=lambda m: (not m.verified, m.median_us or float("inf")))
-    resources = compiled_resources(problem, (m.instance for m in ranked), backend)
+    figures = compiled_figures(problem, (m.instance for m in ranked), backend)
     if args.json:
         _emit_json({
             "problem": problem.key,
@@ -295,18 +295,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "measured": outcome.measured,
             "pruned": outcome.pruned,
             "wall_s": dataclasses.asdict(outcome.times) | {"total_s": outcome.times.total_s},
-            "measurements": [m.__dict__ | {"resources": dataclasses.asdict(resources[m.instance])
-                                           if m.instance in resources else None} for m in ranked],
+            "measurements": [m.__dict__ | _figures_record(figures.get(m.instance)) for m in ranked],
         })
         return 0 if outcome.winner else 1
     reused = f" ({outcome.reused} measured in an earlier run)" if outcome.reused else ""
     table = Table(title=f"{problem.key} on {backend.device_info().name}{reused}")
-    numeric = ("#", "µs", "GB/s", "TFLOP/s", "regs", "spill B")
-    for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", "regs", "spill B", "verified"):
+    numeric = ("#", "µs", "GB/s", "TFLOP/s", "regs", "spill B", "occ")
+    for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", "regs", "spill B", "occ", "verified"):
         table.add_column(col, justify="right" if col in numeric else "left", overflow="fold", no_wrap=col in numeric)
     for rank, m in enumerate(ranked, 1):
-        used = resources.get(m.instance)
-        compiled = (str(used.registers), str(used.spill_bytes)) if used is not None else ("-", "-")
+        got = figures.get(m.instance)
+        compiled = ((str(got.resources.registers), str(got.resources.spill_bytes), _number(got.occupancy, "{:.0%}"))
+                    if got is not None else ("-", "-", "-"))
         if m.verified and m.median_us is not None:
             table.add_row(str(rank), m.instance, f"{m.median_us:.2f}", _number(m.gbps, "{:.0f}"),
                           _number(m.tflops, "{:.2f}"), *compiled, "yes")
@@ -320,6 +320,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     console.print("no candidate verified; nothing stored as winner")
     return 1
+
+
+def _figures_record(figures: Any) -> dict[str, Any]:
+    """A measurement's compile figures in `tune --json`: resources and occupancy, None when unknown."""
+    if figures is None:
+        return {"resources": None, "occupancy": None}
+    return {"resources": dataclasses.asdict(figures.resources), "occupancy": figures.occupancy}
 
 
 def _number(value: float | None, form: str) -> str:

@@ -45,6 +45,11 @@ class DeviceTarget:
     shared_optin: int  # the most a block may have once the backend raises its dynamic limit
     threads_per_processor: int  # resident threads per SM / CU
     matrix_units: frozenset[MatrixUnit]
+    # What bounds how many blocks an SM holds (factory.occupancy); None where not described (AMD).
+    registers_per_processor: int | None = None  # 32-bit registers
+    blocks_per_processor: int | None = None
+    shared_per_processor: int | None = None  # bytes, of which each resident block also takes shared_reserved
+    shared_reserved: int = 0
 
     def lacks(self, needed: frozenset[MatrixUnit]) -> frozenset[MatrixUnit]:
         """The needed matrix units this target does not have."""
@@ -63,15 +68,22 @@ _MMA_FP8 = _MMA | {MatrixUnit.MMA_FP8}
 _WGMMA = _MMA_FP8 | {MatrixUnit.WGMMA}
 _MFMA = frozenset({MatrixUnit.MFMA})
 
+def _sm(blocks: int, shared_kib: int) -> dict[str, int]:
+    """An NVIDIA SM's occupancy limits (CUDA's occupancy tables): 64 Ki registers, `blocks` resident
+    blocks, `shared_kib` KiB of shared memory of which each block also takes 1 KiB for the system."""
+    return {"registers_per_processor": 65536, "blocks_per_processor": blocks,
+            "shared_per_processor": shared_kib * 1024, "shared_reserved": 1024}
+
+
 # Shipped descriptions, by the name `--target` takes; processor counts are the common part of each arch.
 TARGETS: dict[str, DeviceTarget] = {
     t.arch: t
     for t in (
-        DeviceTarget("sm_80", Vendor.NVIDIA, 108, 32, 48 * 1024, 163 * 1024, 2048, _MMA),  # A100
-        DeviceTarget("sm_86", Vendor.NVIDIA, 84, 32, 48 * 1024, 99 * 1024, 1536, _MMA),  # RTX A6000 class
-        DeviceTarget("sm_89", Vendor.NVIDIA, 128, 32, 48 * 1024, 99 * 1024, 1536, _MMA_FP8),  # L40 / RTX 4090 class
-        DeviceTarget("sm_90", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _MMA_FP8),  # H100 SXM
-        DeviceTarget("sm_90a", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _WGMMA),  # H100, Hopper-only ISA
+        DeviceTarget("sm_80", Vendor.NVIDIA, 108, 32, 48 * 1024, 163 * 1024, 2048, _MMA, **_sm(32, 164)),  # A100
+        DeviceTarget("sm_86", Vendor.NVIDIA, 84, 32, 48 * 1024, 99 * 1024, 1536, _MMA, **_sm(16, 100)),  # RTX A6000 class
+        DeviceTarget("sm_89", Vendor.NVIDIA, 128, 32, 48 * 1024, 99 * 1024, 1536, _MMA_FP8, **_sm(24, 100)),  # L40 class
+        DeviceTarget("sm_90", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _MMA_FP8, **_sm(32, 228)),  # H100 SXM
+        DeviceTarget("sm_90a", Vendor.NVIDIA, 132, 32, 48 * 1024, 227 * 1024, 2048, _WGMMA, **_sm(32, 228)),  # Hopper ISA
         DeviceTarget("gfx908", Vendor.AMD, 120, 64, 64 * 1024, 64 * 1024, 2560, _MFMA),  # MI100
         DeviceTarget("gfx90a", Vendor.AMD, 110, 64, 64 * 1024, 64 * 1024, 2048, _MFMA),  # MI210 / MI250X GCD
         DeviceTarget("gfx940", Vendor.AMD, 228, 64, 64 * 1024, 64 * 1024, 2048, _MFMA),

@@ -80,9 +80,10 @@ def test_tune_shows_each_candidate_s_registers_and_spills(monkeypatch, tmp_path,
     assert cli.main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if "instance" in line)
-    assert "regs" in header and "spill B" in header
+    assert "regs" in header and "spill B" in header and "occ" in header
     rows = [line for line in lines if line.startswith("│")]
     assert rows and all(" 8 │" in line for line in rows)
     assert cli.main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["measurements"]
     assert rows and all(r["resources"]["spill_store_bytes"] == 8 for r in rows)
+    assert all(0.0 < r["occupancy"] <= 1.0 for r in rows)  # 40-46 registers: every block size fits

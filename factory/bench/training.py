@@ -181,9 +181,12 @@ def relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
     return worst
 
 
-def losses(step: TrainingStep, steps: int) -> tuple[float, ...]:
+def losses(step: TrainingStep, steps: int, seed: int) -> tuple[float, ...]:
+    """The losses of `steps` training steps, from the random state `seed` gives (dropout and
+    stochastic depth draw from it: two runs compare only when their draws are the same)."""
     import torch
 
+    torch.manual_seed(seed)
     return tuple(float(v) for v in torch.stack([step() for _ in range(steps)]).float().cpu())
 
 
@@ -269,8 +272,8 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
         return TrainingStep(model, config, device, seed), report
 
     say(f"{config.label}: losses of {steps} steps (stock, stock again, patched)")
-    losses_stock = losses(fresh(False)[0], steps)
-    losses_again = losses(fresh(False)[0], steps)
+    losses_stock = losses(fresh(False)[0], steps, seed)
+    losses_again = losses(fresh(False)[0], steps, seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", KernelFactoryFallback)
         patched, report = fresh(True)
@@ -282,7 +285,7 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
                 say(f"{config.label}: tuning the {len(met)} problems the patched step meets")
                 tune_model(patched.model, patched.images,
                            loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
-        losses_patched = losses(patched, steps)
+        losses_patched = losses(patched, steps, seed)
         say(f"{config.label}: timing {reps} steps each")
         stock = fresh(False)[0]
         stock_ms, stock_spread = time_steps(stock, reps, warmup, device)

@@ -66,7 +66,7 @@ def test_the_command_writes_json_and_markdown_and_fails_when_losses_differ(tmp_p
     assert [r["config"]["autocast"] for r in saved["results"]] == ["none", "bf16"]
     assert all(r["losses_agree"] for r in saved["results"])
     text = (tmp_path / "models.md").read_text()
-    assert "mobilenet_v2 b2 32² bf16 channels_last" in text and "GPU time" in text
+    assert "mobilenet_v2 b2 32² bf16 channels_last" in text and "CPU leaf ops" in text
     monkeypatch.setitem(training.LOSS_RTOL, "none", -1.0)  # nothing agrees with a negative tolerance
     assert bench_main(args[:9] + ["none"] + args[10:]) == 1
     assert "LOSSES DIFFER" in capsys.readouterr().err

@@ -125,6 +125,7 @@ class Breakdown:
     total_us: float
     by_kind: dict[str, float]
     top: tuple[KernelTime, ...]
+    source: str = "GPU kernels"  # what was timed: "GPU kernels", or "CPU leaf ops" without a GPU
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,8 @@ def breakdown(step: Callable[[], Any], device: Any, steps: int = 3) -> Breakdown
     by_kind: dict[str, float] = {}
     for row in rows:
         by_kind[row.kind] = by_kind.get(row.kind, 0.0) + row.us
-    return Breakdown(sum(r.us for r in rows), dict(sorted(by_kind.items(), key=lambda kv: -kv[1])), tuple(rows[:10]))
+    return Breakdown(sum(r.us for r in rows), dict(sorted(by_kind.items(), key=lambda kv: -kv[1])), tuple(rows[:10]),
+                     "GPU kernels" if cuda else "CPU leaf ops")
 
 
 def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 20, warmup: int = 5, seed: int = 0,

@@ -66,7 +66,8 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
             "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup, "steps": args.steps,
             "seed": args.seed or 0, "tuned_first": args.tune,
-            "timing": "torch.cuda events around each whole step (forward, loss, backward, SGD), median"}
+            "timing": ("torch.cuda events" if device.type == "cuda" else "the wall clock")
+            + " around each whole step (forward, loss, backward, SGD), median"}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "models.json").write_text(json.dumps({"meta": meta, "results": [r.record() for r in results]},
@@ -116,7 +117,7 @@ def markdown(results: Sequence[ModelResult], meta: dict[str, Any]) -> str:
             if b is None:
                 continue
             kinds = ", ".join(f"{kind} {us / 1e3:.2f} ms" for kind, us in b.by_kind.items())
-            lines += [f"{title}: GPU time {b.total_us / 1e3:.2f} ms per step: {kinds}", "",
+            lines += [f"{title}: {b.source} {b.total_us / 1e3:.2f} ms per step: {kinds}", "",
                       "| kernel | kind | µs per step | calls |", "|---|---|---|---|"]
             lines += [f"| `{k.name}` | {k.kind} | {k.us:.1f} | {k.calls} |" for k in b.top]
             lines.append("")

@@ -90,3 +90,17 @@ def test_without_torchvision_the_error_says_to_install_it(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "torchvision", None)  # as if not installed
     with pytest.raises(BenchError, match="needs torchvision"):
         training.build_architecture(StepConfig("resnext50"))
+
+
+def test_under_torch_compile_the_patched_network_compiles_whole_and_learns_the_same(tmp_path, monkeypatch):
+    monkeypatch.setattr(training, "build_architecture", small_network)
+    args = ["--model", "resnext50", "--device", "cpu", "--batch", "2", "--size", "32", "--autocast", "none",
+            "--reps", "1", "--warmup", "0", "--steps", "2", "--compile", "aot_eager", "--out", str(tmp_path)]
+    assert bench_main(args) == 0  # fullgraph: a graph break would have been an error
+    (result,) = json.loads((tmp_path / "models.json").read_text())["results"]
+    assert result["config"]["compile"] == "aot_eager" and result["losses_agree"] and result["loss_diff"] <= 1e-5
+
+
+def test_an_unknown_compile_backend_is_a_one_line_error(capsys, tmp_path):
+    assert bench_main(["--model", "resnext50", "--device", "cpu", "--compile", "nope", "--out", str(tmp_path)]) == 2
+    assert "--compile 'nope': one of" in capsys.readouterr().err

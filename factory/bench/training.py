@@ -55,6 +55,7 @@ class StepConfig:
     memory_format: str = "channels_last"  # MEMORY_FORMATS
     classes: int = 1000
     lr: float = 0.01
+    compile: str | None = None  # a torch.compile backend ("inductor", "aot_eager"): both models, fullgraph
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -68,7 +69,8 @@ class StepConfig:
 
     @property
     def label(self) -> str:
-        return f"{self.architecture} b{self.batch} {self.size}² {self.autocast} {self.memory_format}"
+        compiled = f" compiled ({self.compile})" if self.compile else ""
+        return f"{self.architecture} b{self.batch} {self.size}² {self.autocast} {self.memory_format}{compiled}"
 
 
 def build_architecture(config: StepConfig) -> Any:
@@ -90,6 +92,9 @@ class TrainingStep:
         fmt = torch.channels_last if config.memory_format == "channels_last" else torch.contiguous_format
         generator = torch.Generator().manual_seed(seed)
         self.model = model.to(device=device, memory_format=fmt).train()
+        # fullgraph: a graph break in a patched model is an error here, not a silent slowdown.
+        self.forward = (torch.compile(self.model, fullgraph=True, backend=config.compile) if config.compile
+                        else self.model)
         self.images = torch.randn(config.batch, 3, config.size, config.size, generator=generator).to(
             device=device, memory_format=fmt)
         self.labels = torch.randint(0, config.classes, (config.batch,), generator=generator).to(device)
@@ -103,7 +108,7 @@ class TrainingStep:
 
         self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None):
-            loss = torch.nn.functional.cross_entropy(self.model(self.images), self.labels)
+            loss = torch.nn.functional.cross_entropy(self.forward(self.images), self.labels)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()

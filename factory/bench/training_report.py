@@ -31,6 +31,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=20, help="--model: training steps whose losses are compared (default 20)")
     g.add_argument("--tune", action="store_true",
                    help="--model: first tune every problem the patched step meets (factory.torch.tune)")
+    g.add_argument("--compile", metavar="BACKEND", help="--model: run both models under torch.compile(fullgraph=True) "
+                   "with this backend (inductor; a graph break is an error)")
     g.add_argument("--device", default="cuda", help="--model: torch device (default cuda; cpu runs the harness "
                    "with PyTorch's kernels everywhere)")
 
@@ -39,7 +41,7 @@ def configs(args: argparse.Namespace) -> list[StepConfig]:
     names = parse_list(args.model)
     if not names:
         raise BenchError(f"--model needs at least one of {', '.join(ARCHITECTURES)}")
-    return [StepConfig(name, args.batch, args.size, autocast, fmt)
+    return [StepConfig(name, args.batch, args.size, autocast, fmt, compile=args.compile)
             for name in names for fmt in parse_list(args.memory_format) or [""]
             for autocast in parse_list(args.autocast) or [""]]
 
@@ -52,6 +54,10 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
     todo = configs(args)
     import torch
 
+    if args.compile is not None:
+        known = torch._dynamo.list_backends(exclude_tags=())
+        if args.compile not in known:
+            raise BenchError(f"--compile {args.compile!r}: one of {', '.join(known)}")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BenchError("--model needs a CUDA GPU (or --device cpu for a dry run of the harness)")

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import platformdirs
 
 from .backends import BackendKind, CompiledBinary, compiler_for, compiler_version
-from .kernel_resources import KernelResources, main_resources
+from .kernel_resources import KernelResources, from_compile
 
 CACHE_ENV = "KFACTORY_CACHE_DIR"
 _MAGIC = b"KFBIN001"
@@ -154,7 +154,7 @@ def _compile_one(kind: BackendKind, job: CompileJob, directory: Path | None) -> 
         result: CompiledBinary = compiler_for(kind)(job.source, job.arch, job.options)
     except Exception as exc:  # noqa: BLE001 - a failed candidate is recorded with its error, never fatal
         return CompileOutcome(job.name, None, f"{type(exc).__name__}: {exc}", False)
-    resources = main_resources(result.log)
+    resources = from_compile(result.binary, result.log)
     if path is None:
         return CompileOutcome(job.name, result.binary, None, False, resources=resources)
     try:

@@ -87,3 +87,46 @@ def test_tune_shows_each_candidate_s_registers_and_spills(monkeypatch, tmp_path,
     rows = json.loads(capsys.readouterr().out)["measurements"]
     assert rows and all(r["resources"]["spill_store_bytes"] == 8 for r in rows)
     assert all(0.0 < r["occupancy"] <= 1.0 for r in rows)  # 40-46 registers: every block size fits
+
+
+LDS_KERNEL = r"""
+#include <hip/hip_runtime.h>
+extern "C" __global__ void kf_main(float* a, int n) {
+  __shared__ float s[512];
+  s[threadIdx.x] = a[threadIdx.x * n];
+  __syncthreads();
+  a[threadIdx.x] = s[(threadIdx.x + 1) % 512] * 2.0f;
+}
+"""
+
+
+def hipcc_remarks(source: str, tmp_path) -> tuple[bytes, dict[str, int]]:
+    """A gfx90a code object from Debian's hipcc, and the figures its resource-usage remarks print."""
+    import os
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("hipcc") is None:
+        pytest.skip("hipcc is not installed (scripts/setup.sh installs it as root on Debian)")
+    (tmp_path / "k.hip").write_text(source)
+    proc = subprocess.run(["hipcc", "--offload-arch=gfx90a", "--cuda-device-only", "--no-gpu-bundle-output", "-O3",
+                           "-c", "-Rpass-analysis=kernel-resource-usage", "-o", str(tmp_path / "k.hsaco"),
+                           str(tmp_path / "k.hip")], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"HIP_PLATFORM": "amd"})
+    assert proc.returncode == 0, proc.stderr
+    remarks = dict(re.findall(r"remark:\s+([A-Za-z ]+?)(?: \[[^\]]*\])?: (\d+) \[", proc.stderr))
+    return (tmp_path / "k.hsaco").read_bytes(), {k: int(v) for k, v in remarks.items()}
+
+
+@pytest.mark.parametrize("source", [LDS_KERNEL, "#include <hip/hip_runtime.h>\n" + PRESSURE], ids=["lds", "pressure"])
+def test_an_amd_code_object_s_metadata_gives_what_the_compiler_reports(source, tmp_path):
+    from factory.kernel_resources import from_amdgpu_code_object, from_compile
+
+    binary, remarks = hipcc_remarks(source, tmp_path)
+    figures = from_amdgpu_code_object(binary)["kf_main"]
+    assert figures.registers == remarks["VGPRs"] + remarks["AGPRs"] > 0
+    assert figures.spill_store_bytes == 4 * remarks["VGPRs Spill"]
+    assert figures.stack_bytes == remarks["ScratchSize"] and figures.shared_bytes == remarks["LDS Size"]
+    assert from_compile(binary, "") == figures
+    assert from_amdgpu_code_object(b"\x7fELF" + b"\0" * 60) == {} and from_amdgpu_code_object(b"not elf") == {}

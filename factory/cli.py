@@ -301,12 +301,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     reused = f" ({outcome.reused} measured in an earlier run)" if outcome.reused else ""
     table = Table(title=f"{problem.key} on {backend.device_info().name}{reused}")
     numeric = ("#", "µs", "GB/s", "TFLOP/s", "regs", "spill B", "occ")
-    for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", "regs", "spill B", "occ", "verified"):
-        table.add_column(col, justify="right" if col in numeric else "left", overflow="fold", no_wrap=col in numeric)
+    # What the compile cache knows, where the terminal has room for it beside whole names (--json has it always).
+    compiled_columns = ("regs", "spill B", "occ") if figures and console.width >= WIDE_TABLE else ()
+    for col in ("#", "instance", "µs", "GB/s", "TFLOP/s", *compiled_columns, "verified"):
+        table.add_column(col, justify="right" if col in numeric else "left", overflow="fold", no_wrap=col in numeric,
+                         min_width=24 if col == "instance" else None)
     for rank, m in enumerate(ranked, 1):
         got = figures.get(m.instance)
-        compiled = ((str(got.resources.registers), str(got.resources.spill_bytes), _number(got.occupancy, "{:.0%}"))
-                    if got is not None else ("-", "-", "-"))
+        compiled: tuple[str, ...] = ()
+        if compiled_columns:
+            compiled = ((str(got.resources.registers), str(got.resources.spill_bytes), _number(got.occupancy, "{:.0%}"))
+                        if got is not None else ("-", "-", "-"))
         if m.verified and m.median_us is not None:
             table.add_row(str(rank), m.instance, f"{m.median_us:.2f}", _number(m.gbps, "{:.0f}"),
                           _number(m.tflops, "{:.2f}"), *compiled, "yes")
@@ -320,6 +325,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     console.print("no candidate verified; nothing stored as winner")
     return 1
+
+
+WIDE_TABLE = 100  # columns a terminal needs for tune's compile figures
 
 
 def _figures_record(figures: Any) -> dict[str, Any]:

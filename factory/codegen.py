@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from functools import lru_cache
+from typing import Any
 
 import jinja2
 import jinja2.bccache
@@ -79,6 +80,11 @@ def render(instance: Instance) -> str:
     values = solver.template_values(instance.family, instance.params, instance.layout, instance.dtype, instance.ndim)
     template = environment().get_template(instance.template)
     return _inline_common_headers(template.render(name=instance.name, ndim=instance.ndim, **values))
+
+
+def render_common(template: str, **values: Any) -> str:
+    """A kernel of the runtime's own (templates/common/<template>, not an instance), headers inlined."""
+    return _inline_common_headers(environment().get_template(f"common/{template}").render(**values))
 
 
 def source_hash(source: str) -> str:

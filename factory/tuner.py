@@ -33,9 +33,10 @@ from .sources import source_of
 from .compile_cache import CompileJob, CompileStream
 from .executor import LoadedBinary, PreparedPlan
 from .device import DeviceTarget, target_for
+from .device_check import DeviceCheck
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
-from .verify import reference_outputs, verify
+from .verify import Verdict, reference_outputs, verify
 from .worker import LossKind, Worker, WorkerLost, WorkerSpec
 from tuning_db import Measurement
 
@@ -64,6 +65,9 @@ class TuneSettings:
     compile_workers: int | None = None
     isolation: Isolation = Isolation.SUBPROCESS
     adaptive: bool = True  # stop a candidate's reps early (ROUND_REPS ... CLEARLY_SLOWER); False: always `reps`
+    # Check outputs on the device where the backend can (factory/device_check.py): only a failing
+    # candidate's outputs are read back. False: every candidate's outputs are read back and checked here.
+    device_verify: bool = True
     # Wall-clock limit for one candidate's verification and timing in the worker; None: derived, see
     # candidate_timeout(). Not applied in-process (a running kernel cannot be interrupted there).
     candidate_timeout_s: float | None = None
@@ -414,14 +418,17 @@ class _InProcess:
         self.backend = backend
         self.bench = bench
         self.tensors = DeviceTensors(backend, bench.specs, bench.host)
+        self.check = device_check_for(backend, bench)
 
     def measure(self, cand: Instance, binary: bytes, best_us: float | None = None) -> Outcome:
-        return _measure(self.backend, self.bench, cand, binary, self.tensors, best_us)
+        return _measure(self.backend, self.bench, cand, binary, self.tensors, best_us, self.check)
 
     def __enter__(self) -> "_InProcess":
         return self
 
     def __exit__(self, *_: object) -> None:
+        if self.check is not None:
+            self.check.free()
         self.tensors.free()
 
 
@@ -471,18 +478,35 @@ class _WorkerState:
     backend: Backend
     bench: Bench
     tensors: DeviceTensors
+    check: DeviceCheck | None
 
 
 def _worker_init(backend: Backend, bench: Bench) -> _WorkerState:
-    return _WorkerState(backend, bench, DeviceTensors(backend, bench.specs, bench.host))
+    return _WorkerState(backend, bench, DeviceTensors(backend, bench.specs, bench.host),
+                        device_check_for(backend, bench))
 
 
 def _worker_step(state: _WorkerState, job: _Job) -> Outcome:
-    return _measure(state.backend, state.bench, job.cand, job.binary, state.tensors, job.best_us)
+    return _measure(state.backend, state.bench, job.cand, job.binary, state.tensors, job.best_us, state.check)
+
+
+def device_check_for(backend: Backend, bench: Bench) -> DeviceCheck | None:
+    """The tune's device-side output check, where the settings ask for it and the backend runs our own
+    kernels (`device_checks`: the CUDA and HIP backends); None means outputs are read back. A check
+    that cannot be set up (its kernel fails to compile, memory runs out) is said and read back instead."""
+    if not bench.settings.device_verify or not getattr(backend, "device_checks", False):
+        return None
+    try:
+        return DeviceCheck(backend, bench.solver, bench.problem, {s.name: s for s in bench.specs}, bench.ref,
+                           bench.abs_ref, bench.target.processors)
+    except (BackendError, RuntimeError) as exc:
+        warnings.warn(f"outputs are checked on the host: the device check could not be set up ({exc})",
+                      RuntimeWarning, stacklevel=2)
+        return None
 
 
 def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tensors: DeviceTensors,
-             best_us: float | None = None) -> Outcome:
+             best_us: float | None = None, check: DeviceCheck | None = None) -> Outcome:
     solver, problem, settings = bench.solver, bench.problem, bench.settings
     started = time.monotonic()
     verified_at: float | None = None
@@ -498,9 +522,13 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
         prepared = PreparedPlan(loaded, plan)
         prepared.bind(tensors.pointers)
         prepared.enqueue()
-        backend.synchronize()
-        got = {s.name: numerics.exact_values(tensors.read(s.name), s.scalar) for s in outputs}
-        verdict = verify(solver, problem, got, bench.ref, bench.abs_ref)
+        on_device = check.verdict(tensors.pointers) if check is not None else None
+        if on_device is not None and on_device.ok:
+            verdict = Verdict(True, on_device.worst_ratio, "matches the reference (checked on the device)")
+        else:  # read back: no device check, or the host words why it failed (and has the last word)
+            backend.synchronize()
+            got = {s.name: numerics.exact_values(tensors.read(s.name), s.scalar) for s in outputs}
+            verdict = verify(solver, problem, got, bench.ref, bench.abs_ref)
         verified_at = time.monotonic()
         if not verdict.ok:
             return Outcome(Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}"),

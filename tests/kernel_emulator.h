@@ -44,6 +44,7 @@ inline float __half2float(__half h) { return (float)h; }
 inline __half __float2half_rn(float f) { return (__half)f; }
 inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
+inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 template <typename T> inline T max(T a, T b) { return a < b ? b : a; }
 template <typename T> inline T min(T a, T b) { return b < a ? b : a; }
 
@@ -302,3 +303,8 @@ T __shfl_xor(T v, int offset) {
 inline float atomicAdd(float* p, float v) { const float old = *p; *p = old + v; return old; }
 inline int atomicAdd(int* p, int v) { const int old = *p; *p = old + v; return old; }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p = old + v; return old; }
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p = old > v ? old : v;
+  return old;
+}

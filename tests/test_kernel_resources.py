@@ -83,6 +83,11 @@ def test_tune_shows_each_candidate_s_registers_and_spills(monkeypatch, tmp_path,
     assert "regs" in header and "spill B" in header and "occ" in header
     rows = [line for line in lines if line.startswith("│")]
     assert rows and all(" 8 │" in line for line in rows)
+    monkeypatch.setattr(cli.console, "width", 60)  # a narrow terminal keeps whole names, not the figures
+    assert cli.main(args) == 0
+    narrow = capsys.readouterr().out.splitlines()
+    assert "regs" not in next(line for line in narrow if "instance" in line)
+    assert max(len(line) for line in narrow) <= 60
     assert cli.main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["measurements"]
     assert rows and all(r["resources"]["spill_store_bytes"] == 8 for r in rows)

@@ -75,6 +75,8 @@ class LoadedKernel(Protocol):
 
 class Backend(Protocol):
     kind: BackendKind
+    # Optional: True where the tuner may compile and run its own check kernels on this backend
+    # (factory/device_check.py); a backend without it (a test double) has outputs read back.
 
     def device_info(self) -> DeviceInfo: ...
 

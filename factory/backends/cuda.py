@@ -199,6 +199,7 @@ class CudaBackend:
     """One device (ordinal `device`), its primary context (the one PyTorch and CuPy use)."""
 
     kind = BackendKind.CUDA
+    device_checks = True  # runs the tuner's own check kernels (factory/device_check.py)
 
     def __init__(self, device: int = 0) -> None:
         driver = _driver()

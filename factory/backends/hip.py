@@ -188,6 +188,7 @@ class HipBackend:
     """The Backend protocol on one AMD GPU through hip-python."""
 
     kind = BackendKind.HIP
+    device_checks = True  # runs the tuner's own check kernels (factory/device_check.py)
 
     def __init__(self, device: int = 0) -> None:
         hip = _runtime()

@@ -6,8 +6,9 @@ from abc import abstractmethod
 from typing import Any
 
 from ...device import DeviceTarget
-from ...problem import DType, Layout, Scalar
+from ...problem import DType, Layout
 from ..base import F32, I32, Buf, Family, Struct
+from ..conv import cpp_type
 from .problem import GroupNormProblem
 
 INT32_LIMIT = 2**31 - 1
@@ -15,7 +16,6 @@ MAX_VECTOR_BYTES = 16  # the widest global load one thread issues
 LAYOUTS = (Layout.NGCHW, Layout.NHWGC)
 DTYPES = (DType.FP16, DType.BF16, DType.FP32)
 CELLS = frozenset((l, d, n) for l in LAYOUTS for d in DTYPES for n in (1, 2, 3))
-_CPP = {Scalar.F16: "f16_t", Scalar.BF16: "bf16_t", Scalar.F32: "float"}
 
 
 def affine_buffers(problem: GroupNormProblem) -> tuple[str, str, str]:
@@ -63,4 +63,4 @@ class GroupNormFamily(Family[Any, GroupNormProblem]):
     def why_not_here(self, params: Any, problem: GroupNormProblem, target: DeviceTarget) -> str | None: ...
 
     def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
-        return dict(params.template_values()) | {"tin": _CPP[dtype.tensor], "channels_last": int(layout is Layout.NHWGC)}
+        return dict(params.template_values()) | {"tin": cpp_type(dtype.tensor), "channels_last": int(layout is Layout.NHWGC)}

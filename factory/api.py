@@ -477,13 +477,17 @@ class Kernel:
     def tensor_names(self) -> list[str]:
         return list(self.specs)
 
-    def run(self, stream: int | None = None, **tensors: Any) -> None:
+    def run(self, stream: int | None = None, *, workspace: Any = None, **tensors: Any) -> None:
         """Launch on torch tensors / CuPy arrays named as `tensor_names`; checks them first.
 
         Accepted: a contiguous tensor of the physical shape (e.g. NHWGC -> (N, H, W, G, C)), or for
         layouts PyTorch has, the PyTorch convolution shape with that layout's strides (channels_last
         tensors for NHWGC, contiguous ones for NGCHW). Every data pointer must be 16-byte aligned
         (POINTER_ALIGNMENT); a view at an odd storage offset is refused, not launched.
+
+        `workspace` (a device buffer of at least `workspace_bytes`, or its pointer) replaces the
+        Kernel's own per-stream workspace: a caller whose allocator is stream-ordered and capture-aware
+        (PyTorch's) passes one so that a first run inside a CUDA-graph capture allocates nothing itself.
         """
         if tensors.keys() != self.specs.keys():
             missing = set(self.specs) - set(tensors)
@@ -496,10 +500,11 @@ class Kernel:
         if stream is None:
             # One stream lookup per call (not per tensor): it costs microseconds on the caller's hot path.
             stream = _current_stream(next(iter(tensors.values()))) or 0
-        self._enqueue(pointers, stream)
+        self._enqueue(pointers, stream, None if workspace is None else self._workspace_pointer(workspace))
 
-    def run_pointers(self, pointers: Mapping[str, int], stream: int = 0) -> None:
-        """Launch on raw device pointers laid out as `self.specs` describes (contiguous, physical order)."""
+    def run_pointers(self, pointers: Mapping[str, int], stream: int = 0, workspace: int | None = None) -> None:
+        """Launch on raw device pointers laid out as `self.specs` describes (contiguous, physical order);
+        `workspace` as in run()."""
         resolved: dict[str, int] = {}
         for name in self.specs:
             ptr = pointers.get(name)
@@ -509,7 +514,7 @@ class Kernel:
                 raise _misaligned(name, ptr)
             resolved[name] = ptr
         self._refuse_overlap(resolved)
-        self._enqueue(resolved, stream)
+        self._enqueue(resolved, stream, None if workspace is None else self._workspace_pointer(workspace))
 
     def _refuse_overlap(self, pointers: Mapping[str, int]) -> None:
         """A written tensor may not share memory with another tensor of the call (the kernel would read
@@ -525,31 +530,54 @@ class Kernel:
                     raise TensorMismatch(f"{out} overlaps {name} in memory: the output must be a buffer of its own"
                                          + (" (or exactly the same tensor)" if same_allowed else ""))
 
+    @property
+    def workspace_bytes(self) -> int:
+        """Scratch memory a run needs (0: none); see run(workspace=)."""
+        return self.plan.workspace_bytes
+
     def workspace(self, stream: int = 0) -> int:
         """The workspace pointer runs on `stream` use (0 when the plan needs none); allocated on first use."""
-        return self._lane(stream).workspace
+        return self._lane(stream, own_workspace=True).workspace
 
-    def _lane(self, stream: int) -> _Lane:
+    def _lane(self, stream: int, own_workspace: bool) -> _Lane:
         lane = self._lanes.get(stream)
-        if lane is not None:
+        if lane is not None and (lane.workspace or not own_workspace or not self.plan.workspace_bytes):
             return lane
         with self._lanes_lock:
             lane = self._lanes.get(stream)
             if lane is None:
-                nbytes = self.plan.workspace_bytes
-                workspace = self.backend.alloc(nbytes) if nbytes else 0
-                if workspace:
-                    self._workspaces.append(workspace)
-                lane = self._lanes[stream] = _Lane(PreparedPlan(self._loaded, self.plan), workspace, threading.Lock())
+                lane = self._lanes[stream] = _Lane(PreparedPlan(self._loaded, self.plan), 0, threading.Lock())
+            if own_workspace and self.plan.workspace_bytes and not lane.workspace:
+                lane.workspace = self.backend.alloc(self.plan.workspace_bytes)
+                self._workspaces.append(lane.workspace)
             return lane
 
-    def _enqueue(self, pointers: dict[str, int], stream: int) -> None:
-        """Launch on `stream` with this stream's workspace; `pointers` is the caller's own dict."""
-        lane = self._lanes.get(stream) or self._lane(stream)
-        pointers["workspace"] = lane.workspace
+    def _enqueue(self, pointers: dict[str, int], stream: int, workspace: int | None = None) -> None:
+        """Launch on `stream` with `workspace`, else this stream's own; `pointers` is the caller's own dict."""
+        lane = self._lane(stream, own_workspace=workspace is None)
+        pointers["workspace"] = lane.workspace if workspace is None else workspace
         with lane.lock:  # bind + enqueue as one: the packed arguments are the lane's
             lane.prepared.bind(pointers)
             lane.prepared.enqueue(stream)
+
+    def _workspace_pointer(self, value: Any) -> int:
+        """The device pointer of a caller's workspace: an int, a torch tensor or a CuPy array of enough bytes."""
+        need = self.plan.workspace_bytes
+        if isinstance(value, int) and not isinstance(value, bool):
+            ptr, nbytes = value, need
+        elif hasattr(value, "data_ptr"):  # torch
+            if not value.is_cuda:
+                raise TensorMismatch("workspace: must be on the GPU")
+            ptr, nbytes = value.data_ptr(), value.numel() * value.element_size()
+        elif hasattr(value, "data") and hasattr(value.data, "ptr"):  # CuPy
+            ptr, nbytes = value.data.ptr, value.nbytes
+        else:
+            raise TensorMismatch(f"workspace: a device pointer, torch tensor or CuPy array, not {type(value).__name__}")
+        if need and (ptr <= 0 or nbytes < need):
+            raise TensorMismatch(f"workspace: needs {need} bytes at a device pointer, got {nbytes} bytes at {ptr:#x}")
+        if ptr & _MISALIGNED:
+            raise _misaligned("workspace", ptr)
+        return ptr
 
     # --- tensor checks --------------------------------------------------------------------------
     def _accepted_layouts(self, name: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

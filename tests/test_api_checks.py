@@ -551,6 +551,24 @@ def test_each_stream_gets_its_own_workspace_on_first_use(backend):
     assert memset_targets <= {(first, 1), (second, 2)} | {(GOOD[n], s) for n in GOOD for s in (1, 2)}
 
 
+def test_a_callers_workspace_replaces_the_kernels_own(backend):
+    """What a capture-aware allocator passes: the launch uses it and the Kernel allocates nothing."""
+    k = workspace_kernel(backend)
+    mine = 0x7000_0000
+    k.run_pointers(GOOD, stream=5, workspace=mine)
+    assert backend.allocs == [] and k.workspace_bytes == k.plan.workspace_bytes > 0
+    slots = {s.entry: [i for i, a in enumerate(abi.flatten_args(s.args)) if getattr(a, "name", None) == "workspace"]
+             for s in k.plan.steps if isinstance(s, Launch)}
+    used = {values[i] for entry, values, _ in backend.launches for i in slots[entry]}
+    assert used == {mine}
+    k.run_pointers(GOOD, stream=5)  # without one, the stream's own is allocated then
+    assert backend.allocs == [k.plan.workspace_bytes]
+    with pytest.raises(TensorMismatch, match="^workspace: data pointer .* is not 16-byte aligned"):
+        k.run_pointers(GOOD, stream=5, workspace=mine + 4)
+    with pytest.raises(TensorMismatch, match="^workspace: a device pointer, torch tensor or CuPy array"):
+        k.run_pointers(GOOD, stream=5, workspace="big")
+
+
 def test_a_kernels_workspaces_are_freed_with_it(backend):
     import gc
 

@@ -79,6 +79,8 @@ def test_the_command_writes_json_and_markdown_and_fails_when_losses_differ(tmp_p
     (["--model", "resnext50", "--random", "3", "--seed", "1"], "takes no --random"),
     (["--model", "resnext50", "--steps", "0"], "--steps must be >= 1"),
     (["--model", ","], "--model needs at least one"),
+    (["--model", "resnext50", "--cuda-graph"], "--cuda-graph needs --device cuda"),
+    (["--model", "resnext50", "--cuda-graph", "--autocast", "fp16"], "GradScaler's step reads its overflow flag"),
 ])
 def test_bad_model_options_are_one_line_errors(extra, message, capsys, tmp_path):
     assert bench_main([*extra, "--device", "cpu", "--out", str(tmp_path)]) == 2

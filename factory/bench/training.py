@@ -56,6 +56,7 @@ class StepConfig:
     classes: int = 1000
     lr: float = 0.01
     compile: str | None = None  # a torch.compile backend ("inductor", "aot_eager"): both models, fullgraph
+    cuda_graph: bool = False  # both steps captured whole in a CUDA graph and replayed
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -64,13 +65,17 @@ class StepConfig:
             raise BenchError(f"--autocast {self.autocast!r}: one of {', '.join(AUTOCASTS)}")
         if self.memory_format not in MEMORY_FORMATS:
             raise BenchError(f"--memory-format {self.memory_format!r}: one of {', '.join(MEMORY_FORMATS)}")
+        if self.cuda_graph and self.autocast == "fp16":
+            raise BenchError("--cuda-graph with --autocast fp16: GradScaler's step reads its overflow flag on the "
+                             "host, which a captured step cannot; use bf16 or none")
         if self.batch < 1 or self.size < 32 or self.classes < 2:
             raise BenchError(f"--batch {self.batch} and --size {self.size} must be >= 1 and >= 32")
 
     @property
     def label(self) -> str:
         compiled = f" compiled ({self.compile})" if self.compile else ""
-        return f"{self.architecture} b{self.batch} {self.size}² {self.autocast} {self.memory_format}{compiled}"
+        graphed = " graphed" if self.cuda_graph else ""
+        return f"{self.architecture} b{self.batch} {self.size}² {self.autocast} {self.memory_format}{compiled}{graphed}"
 
 
 def build_architecture(config: StepConfig) -> Any:
@@ -104,15 +109,40 @@ class TrainingStep:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast is torch.float16)
 
     def __call__(self) -> Any:
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._forward_backward_update()
+
+    def _forward_backward_update(self) -> Any:
         import torch
 
-        self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None):
             loss = torch.nn.functional.cross_entropy(self.forward(self.images), self.labels)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()
+
+    def captured(self, warmup: int = 3) -> tuple[Callable[[], Any], list[Any]]:
+        """The step captured whole in a CUDA graph (PyTorch's whole-network recipe), after `warmup`
+        eager steps on a side stream, whose losses come back too: each call of the returned function
+        replays one step (gradients written, not accumulated) and returns its loss."""
+        import torch
+
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            warm = [self() for _ in range(warmup)]
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            loss = self._forward_backward_update()
+
+        def replay() -> Any:
+            graph.replay()
+            return loss.clone()  # the captured loss is overwritten by the next replay
+
+        return replay, warm
 
 
 @dataclass(frozen=True)
@@ -187,13 +217,19 @@ def relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
     return worst
 
 
-def losses(step: TrainingStep, steps: int, seed: int) -> tuple[float, ...]:
+def losses(step: TrainingStep, steps: int, seed: int, graphed: bool = False) -> tuple[tuple[float, ...], Callable[[], Any]]:
     """The losses of `steps` training steps, from the random state `seed` gives (dropout and
-    stochastic depth draw from it: two runs compare only when their draws are the same)."""
+    stochastic depth draw from it: two runs compare only when their draws are the same), and the
+    step to time afterwards: `graphed`, the first steps run eagerly, the rest are replays of the
+    step captured in a CUDA graph, and so is the step returned."""
     import torch
 
     torch.manual_seed(seed)
-    return tuple(float(v) for v in torch.stack([step() for _ in range(steps)]).float().cpu())
+    if not graphed:
+        return tuple(float(v) for v in torch.stack([step() for _ in range(steps)]).float().cpu()), step
+    replay, warm = step.captured(min(3, steps))
+    taken = warm + [replay() for _ in range(steps - len(warm))]
+    return tuple(float(v) for v in torch.stack(taken).float().cpu()), replay
 
 
 def time_steps(step: Callable[[], Any], reps: int, warmup: int, device: Any) -> tuple[float, float]:
@@ -278,9 +314,10 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
         report = patch(model) if patched else None
         return TrainingStep(model, config, device, seed), report
 
+    graphed = config.cuda_graph
     say(f"{config.label}: losses of {steps} steps (stock, stock again, patched)")
-    losses_stock = losses(fresh(False)[0], steps, seed)
-    losses_again = losses(fresh(False)[0], steps, seed)
+    losses_stock, stock_call = losses(fresh(False)[0], steps, seed, graphed)
+    losses_again = losses(fresh(False)[0], steps, seed, graphed)[0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", KernelFactoryFallback)
         patched, report = fresh(True)
@@ -292,11 +329,14 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
                 say(f"{config.label}: tuning the {len(met)} problems the patched step meets")
                 tune_model(patched.model, patched.images,
                            loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
-        losses_patched = losses(patched, steps, seed)
+        losses_patched, patched_call = losses(patched, steps, seed, graphed)
         say(f"{config.label}: timing {reps} steps each")
         stock = fresh(False)[0]
-        stock_ms, stock_spread = time_steps(stock, reps, warmup, device)
-        patched_ms, patched_spread = time_steps(patched, reps, warmup, device)
+        if graphed:  # the stock step timed is the one whose losses were taken: it is captured already
+            stock_ms, stock_spread = time_steps(stock_call, reps, warmup, device)
+        else:
+            stock_ms, stock_spread = time_steps(stock, reps, warmup, device)
+        patched_ms, patched_spread = time_steps(patched_call, reps, warmup, device)
         profiles = (breakdown(stock, device), breakdown(patched, device)) if profile else (None, None)
     fallbacks = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, KernelFactoryFallback)))
     return ModelResult(

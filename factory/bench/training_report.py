@@ -33,6 +33,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="--model: first tune every problem the patched step meets (factory.torch.tune)")
     g.add_argument("--compile", metavar="BACKEND", help="--model: run both models under torch.compile(fullgraph=True) "
                    "with this backend (inductor; a graph break is an error)")
+    g.add_argument("--cuda-graph", action="store_true",
+                   help="--model: capture both steps whole in a CUDA graph and time their replays (bf16 or none)")
     g.add_argument("--device", default="cuda", help="--model: torch device (default cuda; cpu runs the harness "
                    "with PyTorch's kernels everywhere)")
 
@@ -41,7 +43,7 @@ def configs(args: argparse.Namespace) -> list[StepConfig]:
     names = parse_list(args.model)
     if not names:
         raise BenchError(f"--model needs at least one of {', '.join(ARCHITECTURES)}")
-    return [StepConfig(name, args.batch, args.size, autocast, fmt, compile=args.compile)
+    return [StepConfig(name, args.batch, args.size, autocast, fmt, compile=args.compile, cuda_graph=args.cuda_graph)
             for name in names for fmt in parse_list(args.memory_format) or [""]
             for autocast in parse_list(args.autocast) or [""]]
 
@@ -59,6 +61,8 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
         if args.compile not in known:
             raise BenchError(f"--compile {args.compile!r}: one of {', '.join(known)}")
     device = torch.device(args.device)
+    if args.cuda_graph and device.type != "cuda":
+        raise BenchError("--cuda-graph needs --device cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BenchError("--model needs a CUDA GPU (or --device cpu for a dry run of the harness)")
     errors = Console(stderr=True, markup=False, highlight=False)

@@ -3,9 +3,10 @@ groupnorm_bwd (`torch.ops.kfactory.<name>`, or the functions of this module).
 
 Each has a fake (meta) implementation, so it traces under torch.compile without a graph break, and a
 real one. On CUDA tensors whose problem one of our kernels computes, `select(mode=AUTO)` chooses the
-kernel once per problem (the tuned winner on this device, else the nearest tuned problem's, else the
-heuristic's pick) and it runs on the current stream, with no host synchronisation: after one warm-up
-call per problem a step can be captured in a CUDA graph. Anything else (CPU tensors, a dtype or
+kernel once per problem (the tuned winner on this device, else a shipped one, else the nearest tuned
+problem's, else the heuristic's pick) and it runs on the current stream, with no host synchronisation
+and its scratch memory from PyTorch's allocator: after one warm-up call per problem a step can be
+captured in a CUDA graph. Anything else (CPU tensors, a dtype or
 layout we do not compute, a problem no kernel applies to, no GPU runtime) runs PyTorch's own kernel,
 and a KernelFactoryFallback warning says so once per op and reason.
 
@@ -118,6 +119,13 @@ def _kernel(op: str, tensors: Sequence[Tensor], layout: Layout | None, make_prob
     return found
 
 
+def _workspace(kernel: Any, like: Tensor) -> Tensor | None:
+    """The kernel's scratch from PyTorch's allocator: stream-ordered, and inside a CUDA-graph capture
+    taken from the graph's pool, so even a first run during a capture allocates nothing of its own."""
+    nbytes = kernel.workspace_bytes
+    return like.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
+
+
 # --- memory formats -------------------------------------------------------------------------------
 def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Strides of an (N, C, *S) tensor stored (N, *S, C), as channels_last / channels_last_3d store it."""
@@ -182,7 +190,7 @@ def conv_bwd_weight(grad_output: Tensor, input: Tensor, weight_size: list[int], 
         stub = input.new_empty(weight_size)  # convolution_backward reads the weight's shape only here
         out.copy_(_conv_backward(grad_output, input, stub, stride, padding, dilation, groups, [False, True, False])[1])
     else:
-        kernel.run(input=input, grad_output=grad_output, grad_weight=out)
+        kernel.run(input=input, grad_output=grad_output, grad_weight=out, workspace=_workspace(kernel, out))
     return out
 
 
@@ -205,7 +213,7 @@ def conv_bwd_data(grad_output: Tensor, weight: Tensor, input_size: list[int], st
         stub = grad_output.new_empty(input_size)  # convolution_backward reads the input's shape only here
         out.copy_(_conv_backward(grad_output, stub, weight, stride, padding, dilation, groups, [True, False, False])[0])
     else:
-        kernel.run(grad_output=grad_output, weight=weight, grad_input=out)
+        kernel.run(grad_output=grad_output, weight=weight, grad_input=out, workspace=_workspace(kernel, out))
     return out
 
 
@@ -240,7 +248,7 @@ def groupnorm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Opti
         return dx, dgamma, dbeta
     stats = {"mean": mean.float().contiguous(), "rstd": rstd.float().contiguous()}  # ours: fp32 (N, G)
     outputs = {"dx": dx, "dgamma": dgamma, "dbeta": dbeta} if affine else {"dx": dx}
-    kernel.run(x=x, dy=dy, **stats, **({"gamma": gamma} if affine else {}), **outputs)
+    kernel.run(x=x, dy=dy, **stats, **({"gamma": gamma} if affine else {}), **outputs, workspace=_workspace(kernel, dx))
     return dx, dgamma, dbeta
 
 
@@ -303,7 +311,7 @@ def dwsep_conv_fwd(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw:
         tensors["bias_dw"] = bias_dw.contiguous()
     if bias_pw is not None:
         tensors["bias_pw"] = bias_pw.contiguous()
-    kernel.run(**tensors)
+    kernel.run(**tensors, workspace=_workspace(kernel, out))
     return out
 
 

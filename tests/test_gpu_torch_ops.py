@@ -146,3 +146,24 @@ def test_a_patched_model_trains_as_the_stock_one_on_the_gpu():
         return seen
 
     assert losses(patched) == pytest.approx(losses(stock), rel=2e-3)
+
+
+@pytest.mark.parametrize("autocast", ["bf16", "none"])
+def test_a_patched_training_step_is_captured_whole_in_a_cuda_graph(autocast):
+    """`kfactory bench --model --cuda-graph`'s path on a small network: both steps captured after three
+    eager steps; the patched replays learn as the stock replays do."""
+    from factory.bench.training import StepConfig, run_model
+
+    nn = torch.nn
+
+    def network(config):
+        return nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.GroupNorm(8, 32), nn.ReLU(),
+                             nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.BatchNorm2d(32), nn.Conv2d(32, 64, 1),
+                             nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, config.classes))
+
+    config = StepConfig("mobilenet_v2", batch=16, size=32, autocast=autocast, classes=10, cuda_graph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KernelFactoryFallback)  # run_model records the fallbacks itself
+        result = run_model(config, "cuda", steps=8, reps=5, warmup=2, build=network, profile=False)
+    assert result.fallbacks == () and result.problems >= 6
+    assert result.losses_agree, (result.losses_patched, result.losses_stock)

@@ -30,6 +30,9 @@ CHUNK = 1 << 30  # elements per launch: the kernel's count is an int
 BLOCKS_PER_PROCESSOR = 8
 RESULT_BYTES = 16  # the largest ratio's bits (u64), the count of elements not finite (u32), padding
 ENTRY = "kf_check"
+# Beyond this many output elements the references (12 bytes an element on the device, more on the host
+# while they are made) would crowd the tensors themselves: such tunes read their outputs back.
+MAX_CHECKED_ELEMENTS = 1 << 28
 
 
 def check_source(scalar: Scalar) -> str:

@@ -33,7 +33,7 @@ from .sources import source_of
 from .compile_cache import CompileJob, CompileStream
 from .executor import LoadedBinary, PreparedPlan
 from .device import DeviceTarget, target_for
-from .device_check import DeviceCheck
+from .device_check import MAX_CHECKED_ELEMENTS, DeviceCheck
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
 from .verify import Verdict, reference_outputs, verify
@@ -495,6 +495,8 @@ def device_check_for(backend: Backend, bench: Bench) -> DeviceCheck | None:
     kernels (`device_checks`: the CUDA and HIP backends); None means outputs are read back. A check
     that cannot be set up (its kernel fails to compile, memory runs out) is said and read back instead."""
     if not bench.settings.device_verify or not getattr(backend, "device_checks", False):
+        return None
+    if sum(s.numel for s in bench.specs if s.role is Role.OUTPUT) > MAX_CHECKED_ELEMENTS:
         return None
     try:
         return DeviceCheck(backend, bench.solver, bench.problem, {s.name: s for s in bench.specs}, bench.ref,

@@ -108,3 +108,31 @@ def test_the_device_bound_is_never_stricter_than_verify_s(scalar):
     got = ref + allowed * 0.999  # float64: what verify() sees of an output this close
     assert verify(Solver(spec), SimpleNamespace(dtype=None), {"out": got}, {"out": ref}, {"out": abs_ref}).ok
     assert np.all(np.abs(got - ref) <= single.astype(np.float64))
+
+
+def test_the_tuner_checks_on_the_device_only_where_it_can(monkeypatch):
+    import factory.tuner as tuner
+    from factory.tuner import TuneSettings, device_check_for
+
+    small = TensorSpec("out", (64,), Scalar.F16, Role.OUTPUT, "X")
+    huge = TensorSpec("out", (device_check.MAX_CHECKED_ELEMENTS + 1,), Scalar.F16, Role.OUTPUT, "X")
+
+    def bench(spec, **settings):
+        return SimpleNamespace(settings=TuneSettings(**settings), specs=(spec,), solver=None, problem=None,
+                               ref={}, abs_ref={}, target=SimpleNamespace(processors=1))
+
+    able = SimpleNamespace(device_checks=True)
+    built = []
+    monkeypatch.setattr(tuner, "DeviceCheck", lambda *args: built.append(args) or "check")
+    assert device_check_for(able, bench(small)) == "check" and len(built) == 1
+    assert device_check_for(SimpleNamespace(), bench(small)) is None  # a test double: outputs read back
+    assert device_check_for(able, bench(small, device_verify=False)) is None
+    assert device_check_for(able, bench(huge)) is None
+    assert len(built) == 1
+
+    def broken(*args):
+        raise RuntimeError("the output check kernel did not compile: nvrtc says no")
+
+    monkeypatch.setattr(tuner, "DeviceCheck", broken)
+    with pytest.warns(RuntimeWarning, match="checked on the host: .* nvrtc says no"):
+        assert device_check_for(able, bench(small)) is None

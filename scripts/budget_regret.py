@@ -4,7 +4,11 @@ Every candidate of every problem was timed there, so the best of the K candidate
 (factory.api.rank_candidates, among those the DB measured) is known without the GPU: regret = that time /
 the best stored time. A problem none of whose first K candidates verified counts as missing.
 
-    python scripts/budget_regret.py bench/.../rand.db [--budgets 1,2,4,8,16,32]
+    python scripts/budget_regret.py bench/.../rand.db [--budgets 1,2,4,8,16,32] [--spills-last]
+
+--spills-last ranks, within the prior's order, the candidates whose compiled binary spills (as the compile
+cache on this machine recorded it: run where the DB was tuned) after those that do not, to measure
+whether the compiler's figures should enter the prior.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import sys
 from pathlib import Path
 
 from factory.api import rank_candidates
+from factory.compile_cache import CompileJob, cached_resources
 from factory.device import target_for
+from factory.sources import source_of
 from factory.selector import lookup, problem_from_key
 from tuning_db import TuningDB
 
@@ -24,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
     parser.add_argument("--budgets", default="1,2,4,8,16,32")
+    parser.add_argument("--spills-last", action="store_true", help="rank spilling candidates after the others")
     args = parser.parse_args(argv)
     if not Path(args.db).is_file():  # opening a missing path would create an empty database there
         print(f"{Path(sys.argv[0]).name}: {args.db}: no such tuning database", file=sys.stderr)
@@ -39,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             measured = {m.instance: m for m, _, _ in db.measurements(winner.problem_key, winner.device)}
             # Candidates the DB never measured (added to the catalog since) are left out of the ranking.
             ranked = [c for c in rank_candidates(problem, lookup(problem, target=target), target) if c.name in measured]
+            if args.spills_last:
+                ranked.sort(key=lambda c: spills(c, winner.device))  # stable: the prior's order within each group
             times = {name: m.median_us for name, m in measured.items() if m.verified and m.median_us}
             best = min(times.values())  # the best stored time (the winner, unless the DB lost a later row)
             sizes.append(len(ranked))
@@ -55,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"budget {k:3d}: geomean regret {geomean:.3f}, worst {max(v, default=float('nan')):.2f}, "
               f"no verified candidate among them: {missing[k]}")
     return 0
+
+
+def spills(candidate, device) -> bool:
+    """Whether the compile cache records that this candidate's binary for `device` spills (unknown: no)."""
+    job = CompileJob(candidate.name, source_of(candidate).text, candidate.compile_arch(device.arch))
+    figures = cached_resources(device.backend, job)
+    return figures is not None and figures.spill_bytes > 0
 
 
 if __name__ == "__main__":

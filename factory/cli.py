@@ -588,6 +588,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         problems = fleet_problems.random_problems(args.random, args.seed, args.ops, args.dtypes)
     elif args.problems is not None:
         problems = fleet_problems.file_problems(args.problems, args.op, args.layout, args.dtype)
+    elif args.model is not None:
+        problems = fleet_problems.model_problems(args)
     else:
         problems = fleet_problems.suite_problems(args.suite, args.ops, args.dtypes, args.cases)
     args.local_device = None
@@ -682,10 +684,16 @@ def _add_fleet_parsers(sub: Any) -> None:
     source.add_argument("--random", type=int, metavar="N", help="N problems per op, drawn as `bench --random` does (needs --seed)")
     source.add_argument("--problems", metavar="FILE", help="one problem per line: `--problem SPEC` with optional "
                         "--op/--layout/--dtype, or a bare SPEC; `-` reads standard input")
+    source.add_argument("--model", metavar="NAMES", help="every problem the patched training step of these torchvision "
+                        "networks meets (mobilenet_v2, convnext_tiny, resnext50; needs torchvision), planned without "
+                        "a GPU; shaped by --batch, --size, --autocast, --memory-format")
     enq.add_argument("--seed", type=int, help="seed of --random's draw")
     enq.add_argument("--ops", help="comma-separated op ids (--suite, --random)")
     enq.add_argument("--dtypes", help="comma-separated dtypes (--suite, --random)")
     enq.add_argument("--cases", help="comma-separated case names (--suite)")
+    from .bench.training_report import add_step_arguments
+
+    add_step_arguments(enq.add_argument_group("training step (--model)"))
     _add_config(enq, required=False)
     enq.add_argument("--device", default="local",
                      help="whose jobs: local (this machine's GPU, the default), all (every device in the DB, e.g. "

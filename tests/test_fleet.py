@@ -395,3 +395,36 @@ def test_enqueue_for_every_registered_device_or_named_ones(capsys, tmp_path: Pat
     assert [(d["id"], d["added"], d["present"]) for d in report["devices"]] == [(first, 3, 0), (second, 0, 3)]
     with TuningDB(db) as opened:
         assert [j.device for j in opened.jobs.jobs()].count(other) == 3
+
+
+def test_enqueue_plans_a_model_s_training_step_without_a_gpu(capsys, tmp_path: Path, monkeypatch) -> None:
+    """`--model`: the problems of the patched step, found on the meta device, become jobs; a second
+    autocast adds the other dtype's problems."""
+    torch = pytest.importorskip("torch")
+    from factory.bench import training
+    from factory.bench.training import StepConfig, planned_problems
+
+    nn = torch.nn
+
+    def network(config: StepConfig) -> Any:
+        return nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.GroupNorm(4, 16), nn.ReLU(),
+                             nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 32, 1),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, config.classes))
+
+    monkeypatch.setattr(training, "build_architecture", network)
+    db = str(tmp_path / "t.db")
+    with TuningDB(db) as opened:
+        opened.jobs.register(DEVICE)
+    args = ["enqueue", "--db", db, "--model", "mobilenet_v2", "--batch", "8", "--size", "64", "--device", "all",
+            "--json"]
+    assert cli.main(args) == 0
+    expected = planned_problems(StepConfig("mobilenet_v2", batch=8, size=64))
+    assert len(expected) == 6 and json.loads(capsys.readouterr().out)["added"] == len(expected)
+    with TuningDB(db) as opened:
+        assert {j.problem_key for j in opened.jobs.jobs()} == {p.key for p in expected}
+    assert cli.main([*args[:-1], "--autocast", "bf16,none", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # The fp32 step's problems: its convolutions are new; its GroupNorm is the bf16 step's (fp32 under autocast).
+    assert report["present"] == len(expected) and report["added"] == len(expected) - 1
+    assert cli.main(["enqueue", "--db", db, "--model", "vgg", "--device", "all"]) == 2
+    assert "--model 'vgg': one of" in capsys.readouterr().err

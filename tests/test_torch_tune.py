@@ -161,3 +161,22 @@ def test_under_autocast_the_problems_carry_the_step_s_dtype():
         problems = step_problems(model, torch.randn(2, 8, 11, 11))
     convs = [p for p in problems if isinstance(p, ConvProblem)]
     assert convs and {p.dtype for p in convs} == {DType.BF16}
+
+
+def test_a_step_on_the_meta_device_plans_what_the_gpu_would_meet():
+    """No GPU, no weights, no arithmetic: the fake implementations record, and CUDA autocast's casts are
+    planned (convolutions in its dtype, GroupNorm in fp32)."""
+    from factory.torch.modules import planned_autocast
+
+    cpu = small_model()
+    patch(cpu)
+    x = torch.randn(2, 8, 11, 11)
+    with torch.device("meta"):
+        meta = small_model()
+    patch(meta)
+    assert step_problems(meta, x.to("meta")) == step_problems(cpu, x)
+    with planned_autocast(torch.bfloat16):
+        planned = step_problems(meta, x.to("meta"))
+    assert {p.dtype for p in planned if isinstance(p, ConvProblem)} == {DType.BF16}
+    assert [p.dtype for p in planned if isinstance(p, GroupNormProblem)] == [DType.FP32]
+    assert len(planned) == 6

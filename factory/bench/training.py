@@ -87,6 +87,32 @@ def build_architecture(config: StepConfig) -> Any:
     return getattr(torchvision.models, ARCHITECTURES[config.architecture])(weights=None, num_classes=config.classes)
 
 
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "none": None}  # torch dtype names
+
+
+def planned_problems(config: StepConfig, build: Callable[[StepConfig], Any] | None = None) -> list[Any]:
+    """The distinct problems the patched training step of `config` meets on a GPU, found on the meta
+    device: no GPU, no weights, no arithmetic, so any machine can plan (or queue) a model's tuning."""
+    try:
+        import torch
+    except ImportError:
+        raise BenchError("--model needs PyTorch (pip install 'kernel-factory[bench]')") from None
+
+    from ..torch import patch, step_problems
+    from ..torch.modules import planned_autocast
+
+    with torch.device("meta"):
+        model = (build or build_architecture)(config)
+    patch(model)
+    fmt = torch.channels_last if config.memory_format == "channels_last" else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    images = torch.empty(config.batch, 3, config.size, config.size, device="meta").to(memory_format=fmt)
+    labels = torch.zeros(config.batch, dtype=torch.long, device="meta")
+    name = AUTOCAST_DTYPES[config.autocast]
+    with planned_autocast(getattr(torch, name) if name else None):
+        return step_problems(model, images, lambda out: torch.nn.functional.cross_entropy(out.float(), labels))
+
+
 class TrainingStep:
     """A model, its SGD optimizer and one fixed random batch: each call is one training step and
     returns its loss (a tensor, not synchronised)."""

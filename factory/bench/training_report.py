@@ -18,16 +18,21 @@ from .suite import parse_list
 from .training import ARCHITECTURES, AUTOCASTS, MEMORY_FORMATS, ModelResult, StepConfig, run_model
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("training step (--model)")
-    g.add_argument("--model", metavar="NAMES",
-                   help=f"time a full training step instead of ops: comma-separated of {', '.join(ARCHITECTURES)} "
-                        "(torchvision's architectures, random weights and data), stock vs factory.torch.patch")
+def add_step_arguments(g: Any) -> None:
+    """The shape of a training step (--batch, --size, --autocast, --memory-format) for --model."""
     g.add_argument("--batch", type=int, default=64, help="--model batch size (default 64)")
     g.add_argument("--size", type=int, default=224, help="--model image size (default 224)")
     g.add_argument("--autocast", default="bf16", help=f"--model: comma-separated of {', '.join(AUTOCASTS)} (default bf16)")
     g.add_argument("--memory-format", default="channels_last",
                    help=f"--model: comma-separated of {', '.join(MEMORY_FORMATS)} (default channels_last)")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training step (--model)")
+    g.add_argument("--model", metavar="NAMES",
+                   help=f"time a full training step instead of ops: comma-separated of {', '.join(ARCHITECTURES)} "
+                        "(torchvision's architectures, random weights and data), stock vs factory.torch.patch")
+    add_step_arguments(g)
     g.add_argument("--steps", type=int, default=20, help="--model: training steps whose losses are compared (default 20)")
     g.add_argument("--tune", action="store_true",
                    help="--model: first tune every problem the patched step meets (factory.torch.tune)")
@@ -43,7 +48,8 @@ def configs(args: argparse.Namespace) -> list[StepConfig]:
     names = parse_list(args.model)
     if not names:
         raise BenchError(f"--model needs at least one of {', '.join(ARCHITECTURES)}")
-    return [StepConfig(name, args.batch, args.size, autocast, fmt, compile=args.compile, cuda_graph=args.cuda_graph)
+    return [StepConfig(name, args.batch, args.size, autocast, fmt, compile=getattr(args, "compile", None),
+                       cuda_graph=getattr(args, "cuda_graph", False))
             for name in names for fmt in parse_list(args.memory_format) or [""]
             for autocast in parse_list(args.autocast) or [""]]
 

@@ -97,6 +97,15 @@ def suite_problems(path: str | None, ops: str | None, dtypes: str | None, cases:
     return [item.problem for item in items if item.problem is not None]
 
 
+def model_problems(args: argparse.Namespace) -> list[Any]:
+    """The problems the patched training steps of `--model`'s networks meet (factory.bench.training),
+    planned on the meta device: the same on a CPU machine as on the GPUs that will tune them."""
+    from ..bench.training import planned_problems
+    from ..bench.training_report import configs
+
+    return [p for config in configs(args) for p in planned_problems(config)]
+
+
 def random_problems(n: int, seed: int, ops: str | None, dtypes: str | None) -> list[Any]:
     """The problems `kfactory bench --random N --seed S` draws."""
     from ..bench.random_cases import draw, parse_random_dtypes

@@ -11,7 +11,9 @@ other than zeros, string padding) runs PyTorch's autograd, and `unsupported_reas
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import contextlib
+import contextvars
+from typing import Any, Iterator, Optional
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +35,21 @@ def _memory_format_of(t: Tensor) -> torch.memory_format:
 _GROUPNORM_FP32_AUTOCAST = frozenset({"cuda", "xpu"})
 
 
+_PLANNED_AUTOCAST: contextvars.ContextVar[Optional[torch.dtype]] = contextvars.ContextVar(
+    "kfactory_planned_autocast", default=None)
+
+
+@contextlib.contextmanager
+def planned_autocast(dtype: Optional[torch.dtype]) -> Iterator[None]:
+    """On the meta device, where a GPU's step is planned without one (factory.bench.training), cast as
+    CUDA autocast to `dtype` would: convolutions to it, GroupNorm to fp32 (None: no autocast)."""
+    token = _PLANNED_AUTOCAST.set(dtype)
+    try:
+        yield
+    finally:
+        _PLANNED_AUTOCAST.reset(token)
+
+
 def _autocast_dtype(t: Tensor, lower: bool) -> Optional[torch.dtype]:
     """The dtype autocast would run an op on `t` in (`lower`: a convolution's lower precision; else
     GroupNorm's float32 where that device's autocast asks for it), or None when it leaves it alone.
@@ -40,6 +57,9 @@ def _autocast_dtype(t: Tensor, lower: bool) -> Optional[torch.dtype]:
     Our autograd Functions call aten ops autocast does not rewrite (and would save the uncast
     tensors), so the modules cast as autocast would before calling them, with autocast off inside."""
     kind = t.device.type
+    if kind == "meta":  # a planned GPU step: CUDA autocast's rules, as planned_autocast says
+        planned = _PLANNED_AUTOCAST.get()
+        return None if planned is None else (planned if lower else torch.float32)
     if not torch.is_autocast_enabled(kind):
         return None
     if lower:
@@ -53,7 +73,8 @@ def _autocast_apply(function: Any, dtype: Optional[torch.dtype], device_type: st
     if dtype is None:
         return function.apply(*args)
     cast = [a.to(dtype) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
-    with torch.autocast(device_type, enabled=False):
+    off = contextlib.nullcontext() if device_type == "meta" else torch.autocast(device_type, enabled=False)
+    with off:
         return function.apply(*cast)
 
 

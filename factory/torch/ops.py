@@ -84,6 +84,19 @@ def _record(problem: Any) -> bool:
         return bool(_recorders)
 
 
+def _record_planned(tensors: Sequence[Tensor], layout: Layout | None, make_problem: Callable[[], Any]) -> None:
+    """What a fake implementation adds to an open recording: the problem its arguments describe, so a
+    step run on the meta device (a GPU's step planned without one) records what the GPU would meet."""
+    if not _recorders or layout is None or tensors[0].dtype not in DTYPES:
+        return
+    if any(t.dtype != tensors[0].dtype for t in tensors):
+        return
+    try:
+        _record(make_problem())
+    except KernelFactoryError:
+        pass
+
+
 def _kernel(op: str, tensors: Sequence[Tensor], layout: Layout | None, make_problem: Callable[[], Any]) -> Any | None:
     """Our kernel for the problem `make_problem()` describes, or None (noted once) when PyTorch runs it."""
     if layout is None:
@@ -197,7 +210,11 @@ def conv_bwd_weight(grad_output: Tensor, input: Tensor, weight_size: list[int], 
 @conv_bwd_weight.register_fake
 def _(grad_output: Tensor, input: Tensor, weight_size: list[int], stride: list[int], padding: list[int],
       dilation: list[int], groups: int) -> Tensor:
-    return empty_in(layout_of(grad_output, input), weight_size, input)
+    layout = layout_of(grad_output, input)
+    _record_planned((grad_output, input), layout, lambda: _conv_problem(
+        Op.CONV_BWD_WEIGHT, layout, input.dtype, input.shape, grad_output.shape, weight_size, stride, padding,
+        dilation, groups))
+    return empty_in(layout, weight_size, input)
 
 
 @torch.library.custom_op("kfactory::conv_bwd_data", mutates_args=())
@@ -220,10 +237,19 @@ def conv_bwd_data(grad_output: Tensor, weight: Tensor, input_size: list[int], st
 @conv_bwd_data.register_fake
 def _(grad_output: Tensor, weight: Tensor, input_size: list[int], stride: list[int], padding: list[int],
       dilation: list[int], groups: int) -> Tensor:
-    return empty_in(layout_of(grad_output, weight), input_size, grad_output)
+    layout = layout_of(grad_output, weight)
+    _record_planned((grad_output, weight), layout, lambda: _conv_problem(
+        Op.CONV_BWD_DATA, layout, grad_output.dtype, input_size, grad_output.shape, weight.shape, stride, padding,
+        dilation, groups))
+    return empty_in(layout, input_size, grad_output)
 
 
 # --- GroupNorm backward ---------------------------------------------------------------------------
+def _groupnorm_problem(x: Tensor, groups: int, layout: Layout, affine: bool) -> GroupNormProblem:
+    return GroupNormProblem(N=int(x.shape[0]), C=int(x.shape[1]), G=groups, input=tuple(int(s) for s in x.shape[2:]),
+                            layout=layout, dtype=DTYPES[x.dtype], affine=affine)
+
+
 @torch.library.custom_op("kfactory::groupnorm_bwd", mutates_args=())
 def groupnorm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Optional[Tensor],
                   groups: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -234,9 +260,8 @@ def groupnorm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Opti
     affine = gamma is not None
     dgamma = x.new_empty((x.shape[1],) if affine else (0,))
     dbeta = x.new_empty((x.shape[1],) if affine else (0,))
-    kernel = _kernel("groupnorm_bwd", (dy, x) + ((gamma,) if affine else ()), layout, lambda: GroupNormProblem(
-        N=int(x.shape[0]), C=int(x.shape[1]), G=groups, input=tuple(int(s) for s in x.shape[2:]), layout=layout,
-        dtype=DTYPES[x.dtype], affine=affine))
+    kernel = _kernel("groupnorm_bwd", (dy, x) + ((gamma,) if affine else ()), layout,
+                     lambda: _groupnorm_problem(x, groups, layout, affine))
     if kernel is None:
         spatial = math.prod(x.shape[2:])
         got = torch.ops.aten.native_group_norm_backward(dy, x, mean, rstd, gamma, x.shape[0], x.shape[1], spatial,
@@ -255,8 +280,11 @@ def groupnorm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Opti
 @groupnorm_bwd.register_fake
 def _(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Optional[Tensor],
       groups: int) -> tuple[Tensor, Tensor, Tensor]:
-    channels = (x.shape[1],) if gamma is not None else (0,)
-    return empty_in(layout_of(dy, x), x.shape, x), x.new_empty(channels), x.new_empty(channels)
+    affine = gamma is not None
+    layout = layout_of(dy, x)
+    _record_planned((dy, x) + ((gamma,) if affine else ()), layout, lambda: _groupnorm_problem(x, groups, layout, affine))
+    channels = (x.shape[1],) if affine else (0,)
+    return empty_in(layout, x.shape, x), x.new_empty(channels), x.new_empty(channels)
 
 
 # --- fused depthwise-separable forward -------------------------------------------------------------
@@ -285,6 +313,17 @@ def _dwsep_output_size(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, stri
     return (int(input.shape[0]), int(weight_pw.shape[0]), *spatial)
 
 
+def _dwsep_problem(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw: Optional[Tensor],
+                   bias_pw: Optional[Tensor], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                   acts: tuple[Activation, Activation], layout: Layout) -> DwsepProblem:
+    return DwsepProblem(
+        N=int(input.shape[0]), C=int(input.shape[1]), K=int(weight_pw.shape[0]),
+        input=tuple(int(s) for s in input.shape[2:]), filter=tuple(int(s) for s in weight_dw.shape[2:]),
+        stride=tuple(stride), pad=tuple(padding), dilation=tuple(dilation), layout=layout,
+        dtype=DTYPES[input.dtype], bias_dw=bias_dw is not None, bias_pw=bias_pw is not None,
+        act_dw=acts[0], act_pw=acts[1])
+
+
 @torch.library.custom_op("kfactory::dwsep_conv_fwd", mutates_args=())
 def dwsep_conv_fwd(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw: Optional[Tensor],
                    bias_pw: Optional[Tensor], stride: list[int], padding: list[int], dilation: list[int],
@@ -296,12 +335,8 @@ def dwsep_conv_fwd(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw:
     out = empty_in(layout, _dwsep_output_size(input, weight_dw, weight_pw, stride, padding, dilation), input)
     biases = tuple(b for b in (bias_dw, bias_pw) if b is not None)
     # Ours takes the pointwise weight as (K, C): contiguous, whatever the activations' layout.
-    kernel = _kernel("dwsep_conv_fwd", (input, weight_dw, weight_pw, *biases), layout, lambda: DwsepProblem(
-        N=int(input.shape[0]), C=int(input.shape[1]), K=int(weight_pw.shape[0]),
-        input=tuple(int(s) for s in input.shape[2:]), filter=tuple(int(s) for s in weight_dw.shape[2:]),
-        stride=tuple(stride), pad=tuple(padding), dilation=tuple(dilation), layout=layout,
-        dtype=DTYPES[input.dtype], bias_dw=bias_dw is not None, bias_pw=bias_pw is not None,
-        act_dw=acts[0], act_pw=acts[1]))
+    kernel = _kernel("dwsep_conv_fwd", (input, weight_dw, weight_pw, *biases), layout, lambda: _dwsep_problem(
+        input, weight_dw, weight_pw, bias_dw, bias_pw, stride, padding, dilation, acts, layout))
     if kernel is None:
         conv = _CONV[input.dim() - 2]
         mid = _activate(conv(input, weight_dw, bias_dw, stride, padding, dilation, groups=input.shape[1]), acts[0])
@@ -318,4 +353,9 @@ def dwsep_conv_fwd(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw:
 @dwsep_conv_fwd.register_fake
 def _(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw: Optional[Tensor], bias_pw: Optional[Tensor],
       stride: list[int], padding: list[int], dilation: list[int], act_dw: str, act_pw: str) -> Tensor:
-    return empty_in(layout_of(input), _dwsep_output_size(input, weight_dw, weight_pw, stride, padding, dilation), input)
+    layout = layout_of(input)
+    acts = _activation(act_dw), _activation(act_pw)
+    biases = tuple(b for b in (bias_dw, bias_pw) if b is not None)
+    _record_planned((input, weight_dw, weight_pw, *biases), layout, lambda: _dwsep_problem(
+        input, weight_dw, weight_pw, bias_dw, bias_pw, stride, padding, dilation, acts, layout))
+    return empty_in(layout, _dwsep_output_size(input, weight_dw, weight_pw, stride, padding, dilation), input)

@@ -106,3 +106,23 @@ def test_under_torch_compile_the_patched_network_compiles_whole_and_learns_the_s
 def test_an_unknown_compile_backend_is_a_one_line_error(capsys, tmp_path):
     assert bench_main(["--model", "resnext50", "--device", "cpu", "--compile", "nope", "--out", str(tmp_path)]) == 2
     assert "--compile 'nope': one of" in capsys.readouterr().err
+
+
+def test_an_interrupted_run_keeps_the_configurations_it_measured(tmp_path, monkeypatch):
+    real = training.run_model
+    calls = []
+
+    def second_is_interrupted(config, *args, **kwargs):
+        calls.append(config)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(training, "build_architecture", small_network)
+    monkeypatch.setattr("factory.bench.training_report.run_model", second_is_interrupted)
+    args = ["--model", "mobilenet_v2,resnext50", "--device", "cpu", "--batch", "2", "--size", "32", "--autocast", "none",
+            "--reps", "1", "--warmup", "0", "--steps", "2", "--out", str(tmp_path)]
+    assert bench_main(args) == 130
+    saved = json.loads((tmp_path / "models.json").read_text())
+    assert saved["meta"]["complete"] is False
+    assert [r["config"]["architecture"] for r in saved["results"]] == ["mobilenet_v2"]

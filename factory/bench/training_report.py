@@ -73,29 +73,48 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
         raise BenchError("--model needs a CUDA GPU (or --device cpu for a dry run of the harness)")
     errors = Console(stderr=True, markup=False, highlight=False)
     started = datetime.now(timezone.utc)
-    results: list[ModelResult] = []
-    for config in todo:
-        results.append(run_model(config, device, steps=args.steps, reps=args.reps, warmup=args.warmup,
-                                 seed=args.seed or 0, tune=args.tune, say=errors.print))
-        errors.print(line(results[-1]))
-    meta = {"started_at": started.isoformat(), "finished_at": datetime.now(timezone.utc).isoformat(),
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-            "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup, "steps": args.steps,
-            "seed": args.seed or 0, "tuned_first": args.tune,
-            "timing": ("torch.cuda events" if device.type == "cuda" else "the wall clock")
-            + " around each whole step (forward, loss, backward, SGD), median"}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "models.json").write_text(json.dumps({"meta": meta, "results": [r.record() for r in results]},
-                                                indent=2, default=str) + "\n")
-    (out / "models.md").write_text(markdown(results, meta))
+    results: list[ModelResult] = []
+    interrupted = False
+    try:
+        for config in todo:
+            results.append(run_model(config, device, steps=args.steps, reps=args.reps, warmup=args.warmup,
+                                     seed=args.seed or 0, tune=args.tune, say=errors.print))
+            errors.print(line(results[-1]))
+            meta = _meta(args, device, started, complete=len(results) == len(todo))
+            _write(out, results, meta)  # after every configuration: an interrupted run keeps what it measured
+    except KeyboardInterrupt:
+        interrupted = True
+    meta = _meta(args, device, started, complete=not interrupted)
+    _write(out, results, meta)
     if args.json:
         sys.stdout.write((out / "models.json").read_text())
     else:
         console = Console() if sys.stdout.isatty() else Console(width=200)
         console.print(table(results, f"training step on {meta['device']}"))
     errors.print(f"wrote {out / 'models.json'}, {out / 'models.md'}")
+    if interrupted:
+        errors.print(f"interrupted after {len(results)} of {len(todo)} configurations")
+        return 130
     return 0 if all(r.losses_agree for r in results) else 1
+
+
+def _meta(args: argparse.Namespace, device: Any, started: datetime, complete: bool) -> dict[str, Any]:
+    import torch
+
+    return {"started_at": started.isoformat(), "finished_at": datetime.now(timezone.utc).isoformat(),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+            "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup, "steps": args.steps,
+            "seed": args.seed or 0, "tuned_first": args.tune, "complete": complete,
+            "timing": ("torch.cuda events" if device.type == "cuda" else "the wall clock")
+            + " around each whole step (forward, loss, backward, SGD), median"}
+
+
+def _write(out: Path, results: Sequence[ModelResult], meta: dict[str, Any]) -> None:
+    (out / "models.json").write_text(json.dumps({"meta": meta, "results": [r.record() for r in results]},
+                                                indent=2, default=str) + "\n")
+    (out / "models.md").write_text(markdown(results, meta))
 
 
 def line(r: ModelResult) -> str:

@@ -12,9 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 def progress_bar(disable: bool = False) -> Progress:
+    """A bar on stderr; descriptions and lines printed through it are plain text (a problem's "[...]"
+    is not rich markup)."""
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=False, disable=disable,
+        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True, markup=False, highlight=False), transient=False, disable=disable,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
+from ..progress_bars import progress_bar
 from .model import BenchError, BenchItem, Row, Serve, Status
 from .random_cases import draw, parse_random_dtypes, random_meta
 from .report import PROBLEM_WIDTH, problem_text
@@ -81,7 +82,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.reps < 1 or args.warmup < 0:
         raise BenchError("--reps must be >= 1 and --warmup >= 0")
     settings = TimingSettings(reps=args.reps, warmup=args.warmup)
-    progress = _progress_bar()
+    progress = progress_bar()
     stage = _stage_hook(progress)
 
     from .ceilings import measure_ceilings
@@ -180,13 +181,6 @@ def _replot(results: str, out: str) -> int:
     for path in replot(Path(results), Path(out)):
         print(f"wrote {path}")
     return 0
-
-
-def _progress_bar() -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True, markup=False, highlight=False), transient=False)
 
 
 def _stage_hook(progress: Any) -> Callable[[str, int], Callable[[], None]]:

@@ -180,3 +180,24 @@ def test_a_step_on_the_meta_device_plans_what_the_gpu_would_meet():
     assert {p.dtype for p in planned if isinstance(p, ConvProblem)} == {DType.BF16}
     assert [p.dtype for p in planned if isinstance(p, GroupNormProblem)] == [DType.FP32]
     assert len(planned) == 6
+
+
+@pytest.mark.filterwarnings("ignore:FakeGPU cannot be rebuilt")
+def test_prepare_compiles_what_the_step_will_run_before_the_step_does(monkeypatch, tmp_path):
+    from factory.torch import prepare
+    from factory.torch import ops as kf_ops
+
+    isolate(monkeypatch, tmp_path)
+    kf_ops.clear_kernel_choices()
+    model = nn.Sequential(GroupNorm(3, 6))
+    x = torch.randn(2, 6, 5, 7)
+    (problem,) = step_problems(model, x)
+    gpu = FakeGPU(problem)
+    db = TuningDB(str(tmp_path / "p.sqlite"))
+    ready = prepare(model, x, backend=gpu, db=db, workers=1, progress=False)
+    expected = api.untuned_choice(problem, db, gpu).instance.name
+    assert ready.kernels == ((problem.key, expected),) and ready.compiled == 1 and ready.fallbacks == ()
+    assert kf_ops._choices[problem].instance.name == expected  # the op's first call finds it chosen and loaded
+    assert prepare(model, x, backend=gpu, db=db, workers=1, progress=False).compiled == 0  # cached now
+    assert "1 problems ready (0 kernels compiled now)" in prepare(model, x, backend=gpu, db=db, progress=False).summary()
+    kf_ops.clear_kernel_choices()

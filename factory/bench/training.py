@@ -329,7 +329,7 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
 
     import torch
 
-    from ..torch import KernelFactoryFallback, clear_kernel_choices, patch, step_problems
+    from ..torch import KernelFactoryFallback, clear_kernel_choices, patch, prepare, step_problems
     from ..torch import tune as tune_model
 
     clear_kernel_choices()  # each configuration chooses its kernels and says its fallbacks afresh
@@ -355,6 +355,9 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
                 say(f"{config.label}: tuning the {len(met)} problems the patched step meets")
                 tune_model(patched.model, patched.images,
                            loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
+            if torch.device(device).type == "cuda":  # compile the served kernels in parallel, not mid-step
+                prepare(patched.model, patched.images, progress=False,
+                        loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
         losses_patched, patched_call = losses(patched, steps, seed, graphed)
         say(f"{config.label}: timing {reps} steps each")
         stock = fresh(False)[0]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from .modules import Conv1d, Conv2d, Conv3d, DepthwiseSeparableConv2d, GroupNorm
 from .ops import KernelFactoryFallback, clear_kernel_choices, conv_bwd_data, conv_bwd_weight, dwsep_conv_fwd, groupnorm_bwd
 from .patch import PatchReport, Swap, patch
-from .tuning import ModelTuneReport, QueuedJobs, TunedProblem, step_problems, tune
+from .tuning import ModelTuneReport, Prepared, QueuedJobs, TunedProblem, prepare, step_problems, tune
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "DepthwiseSeparableConv2d", "GroupNorm", "KernelFactoryFallback",
            "PatchReport", "Swap", "clear_kernel_choices", "conv_bwd_data", "conv_bwd_weight", "dwsep_conv_fwd",
-           "groupnorm_bwd", "patch", "ModelTuneReport", "QueuedJobs", "TunedProblem", "step_problems", "tune"]
+           "groupnorm_bwd", "patch", "ModelTuneReport", "QueuedJobs", "TunedProblem", "step_problems", "tune", "Prepared", "prepare"]

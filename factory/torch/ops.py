@@ -84,6 +84,24 @@ def _record(problem: Any) -> bool:
         return bool(_recorders)
 
 
+def choose_kernels(problems: Sequence[Any], backend: Any = None, db: Any = None) -> dict[Any, Any]:
+    """Choose (select mode AUTO) and load now the kernel each problem's calls will run, as the first
+    call would; returns problem -> Kernel, or why PyTorch's kernel runs it (str)."""
+    from ..api import SelectMode, select
+    from ..backends import BackendError
+
+    chosen: dict[Any, Any] = {}
+    for problem in problems:
+        try:
+            found: Any = select(problem, mode=SelectMode.AUTO, backend=backend, db=db)
+        except (KernelFactoryError, BackendError) as exc:
+            found = f"{problem.key}: {exc}"
+        chosen[problem] = found
+    with _lock:
+        _choices.update(chosen)
+    return chosen
+
+
 def _record_planned(tensors: Sequence[Tensor], layout: Layout | None, make_problem: Callable[[], Any]) -> None:
     """What a fake implementation adds to an open recording: the problem its arguments describe, so a
     step run on the meta device (a GPU's step planned without one) records what the GPU would meet."""

@@ -113,6 +113,66 @@ def step_problems(model: torch.nn.Module, example_inputs: Any,
     return list(seen)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What prepare() readied: per problem, the instance its calls will run, or why PyTorch's runs it."""
+
+    kernels: tuple[tuple[str, str], ...]  # (problem, instance)
+    fallbacks: tuple[tuple[str, str], ...]  # (problem, why)
+    compiled: int  # binaries compiled now (the rest were in the compile cache)
+
+    def summary(self) -> str:
+        return (f"{len(self.kernels)} problems ready ({self.compiled} kernels compiled now)"
+                + (f"; {len(self.fallbacks)} run PyTorch's kernels" if self.fallbacks else ""))
+
+
+def prepare(
+    model: torch.nn.Module,
+    example_inputs: Any,
+    *,
+    loss_fn: Callable[[Any], Tensor] | None = None,
+    backend: Backend | None = None,
+    db: Any = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> Prepared:
+    """Ready the kernels a training step will run before the first step does: record the step's
+    problems, compile the kernel each would be served (select mode AUTO) in parallel processes, and
+    load them. Without it the first step compiles them one after another, in-process, mid-step; after
+    it, that step (or a CUDA-graph capture's warm-up) only launches."""
+    from ..api import default_db, untuned_choice
+    from ..backends import get_backend
+    from ..compile_cache import CompileJob, compile_many
+    from ..sources import source_of
+    from .ops import choose_kernels
+
+    problems = step_problems(model, example_inputs, loss_fn)
+    backend = backend or get_backend()
+    db = db or default_db()
+    arch = backend.device_info().arch
+    jobs: dict[str, CompileJob] = {}
+    for problem in problems:
+        try:
+            instance = untuned_choice(problem, db, backend).instance
+        except (KernelFactoryError, BackendError):
+            continue  # choose_kernels below says why
+        jobs[instance.name] = CompileJob(instance.name, source_of(instance).text, instance.compile_arch(arch))
+    compiled = 0
+    with progress_bar(disable=not progress) as bar:
+        task = bar.add_task("compile  ", total=len(jobs))
+
+        def done(outcome: Any) -> None:
+            nonlocal compiled
+            compiled += not outcome.cached
+            bar.advance(task)
+
+        compile_many(backend.kind, list(jobs.values()), workers, on_done=done)
+    chosen = choose_kernels(problems, backend, db)
+    kernels = tuple((p.key, k.instance.name) for p, k in chosen.items() if not isinstance(k, str))
+    fallbacks = tuple((p.key, k) for p, k in chosen.items() if isinstance(k, str))
+    return Prepared(kernels, fallbacks, compiled)
+
+
 def tune(
     model: torch.nn.Module,
     example_inputs: Any,

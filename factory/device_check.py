@@ -24,6 +24,7 @@ from .executor import LoadedBinary, PreparedPlan
 from .ops.base import Buf, I32, Launch, LaunchPlan, Memset, OpModule, Role, TensorSpec
 from .ops.conv import cpp_type
 from .problem import Scalar
+from .verify import allowed_error
 
 THREADS = 256
 CHUNK = 1 << 30  # elements per launch: the kernel's count is an int
@@ -48,9 +49,7 @@ def bounds(solver: OpModule, problem: Any, spec: TensorSpec, ref: np.ndarray,
     want = np.ascontiguousarray(ref, dtype=np.float64).reshape(-1)
     if not spec.scalar.is_float:
         return want, np.zeros(want.size, dtype=np.float32)
-    tol = solver.tolerance(problem.dtype)
-    allowed = (tol.rtol * np.abs(np.asarray(abs_ref, dtype=np.float64)).reshape(-1) + tol.atol * np.abs(want)
-               + spec.scalar.rounding_floor + 1e-30)
+    allowed = allowed_error(solver.tolerance(problem.dtype), np.asarray(abs_ref).reshape(-1), want, spec.scalar)
     single = allowed.astype(np.float32)
     low = single.astype(np.float64) < allowed
     single[low] = np.nextafter(single[low], np.float32(np.inf))
@@ -92,20 +91,23 @@ class DeviceCheck:
         self.outputs = [s for s in specs.values() if s.role is Role.OUTPUT]
         self.pointers: dict[str, int] = {}
         self._owned: list[int] = []
-        self.pointers["check.result"] = self._upload(bytes(RESULT_BYTES))
-        info = backend.device_info()
         self.plans: dict[str, PreparedPlan] = {}
-        for spec in self.outputs:
-            want, allowed = bounds(solver, problem, spec, ref[spec.name], abs_ref[spec.name])
-            self.pointers[f"{spec.name}.ref"] = self._upload(want.tobytes())
-            self.pointers[f"{spec.name}.allowed"] = self._upload(allowed.tobytes())
-            compiled = compile_cached(info.backend, CompileJob(f"check_outputs_{spec.scalar.name.lower()}",
-                                                               check_source(spec.scalar), info.arch))
-            if compiled.binary is None:
-                self.free()
-                raise RuntimeError(f"the output check kernel did not compile: {compiled.error}")
-            self.plans[spec.name] = PreparedPlan(LoadedBinary(backend, compiled.binary, {}),
-                                                 check_plan(spec, processors))
+        try:
+            self.pointers["check.result"] = self._upload(bytes(RESULT_BYTES))
+            info = backend.device_info()
+            for spec in self.outputs:
+                want, allowed = bounds(solver, problem, spec, ref[spec.name], abs_ref[spec.name])
+                self.pointers[f"{spec.name}.ref"] = self._upload(want.tobytes())
+                self.pointers[f"{spec.name}.allowed"] = self._upload(allowed.tobytes())
+                compiled = compile_cached(info.backend, CompileJob(f"check_outputs_{spec.scalar.name.lower()}",
+                                                                   check_source(spec.scalar), info.arch))
+                if compiled.binary is None:
+                    raise RuntimeError(f"the output check kernel did not compile: {compiled.error}")
+                self.plans[spec.name] = PreparedPlan(LoadedBinary(backend, compiled.binary, {}),
+                                                     check_plan(spec, processors))
+        except BaseException:
+            self.free()  # a check that cannot be set up leaves no device memory behind
+            raise
 
     def _upload(self, data: bytes) -> int:
         ptr = self.backend.alloc(max(len(data), 1))

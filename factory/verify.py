@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .ops.base import OpModule, Role
+from .ops.base import OpModule, Role, Tolerance
+from .problem import Scalar
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ def reference_outputs(solver: OpModule, problem: Any, values: Mapping[str, np.nd
         return ref, scale
     abs_ref = solver.reference(problem, {k: np.abs(v) for k, v in values.items()})
     return ref, abs_ref
+
+
+def allowed_error(tol: Tolerance, scale: np.ndarray, want: np.ndarray, scalar: Scalar) -> np.ndarray:
+    """Each element's allowed |out - ref| (float64): the terms' scale x rtol + |ref| x atol + the output
+    type's rounding floor (never 0, so a ratio against it is defined)."""
+    return (tol.rtol * np.abs(np.asarray(scale, dtype=np.float64)) + tol.atol * np.abs(np.asarray(want, dtype=np.float64))
+            + scalar.rounding_floor + 1e-30)
 
 
 def verify(
@@ -60,7 +68,7 @@ def verify(
         if not np.all(np.isfinite(got64)):
             bad = int(np.count_nonzero(~np.isfinite(got64)))
             return Verdict(False, float("inf"), f"{spec.name}: {bad} of {want.size} elements not finite (unwritten?)")
-        allowed = tol.rtol * np.abs(abs_ref[spec.name]) + tol.atol * np.abs(want) + spec.scalar.rounding_floor + 1e-30
+        allowed = allowed_error(tol, abs_ref[spec.name], want, spec.scalar)
         ratio = np.abs(got64 - want) / allowed
         index = int(np.argmax(ratio))
         worst = max(worst, float(ratio.flat[index]))

@@ -136,3 +136,35 @@ def test_the_tuner_checks_on_the_device_only_where_it_can(monkeypatch):
     monkeypatch.setattr(tuner, "DeviceCheck", broken)
     with pytest.warns(RuntimeWarning, match="checked on the host: .* nvrtc says no"):
         assert device_check_for(able, bench(small)) is None
+
+
+def test_a_check_that_cannot_be_set_up_gives_its_memory_back(monkeypatch):
+    from factory.compile_cache import CompileOutcome
+    from factory.device_check import DeviceCheck
+    from fake_gpu import DEVICE
+
+    class Memory:
+        def __init__(self):
+            self.live: set[int] = set()
+
+        def device_info(self):
+            return DEVICE
+
+        def alloc(self, nbytes):
+            ptr = 0x1000 * (len(self.live) + 1)
+            self.live.add(ptr)
+            return ptr
+
+        def free(self, ptr):
+            self.live.remove(ptr)
+
+        def copy_to_device(self, ptr, data):
+            pass
+
+    monkeypatch.setattr(device_check, "compile_cached", lambda kind, job: CompileOutcome(job.name, None, "no", False))
+    spec = TensorSpec("out", (64,), Scalar.F32, Role.OUTPUT, "X")
+    memory = Memory()
+    with pytest.raises(RuntimeError, match="did not compile: no"):
+        DeviceCheck(memory, Solver(spec), SimpleNamespace(dtype=None), {"out": spec}, {"out": np.zeros(64)},
+                    {"out": np.ones(64)}, processors=1)
+    assert memory.live == set()

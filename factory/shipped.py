@@ -28,14 +28,19 @@ from typing import Any, Iterable
 from .backends import DeviceInfo
 from .catalog import Instance, instance_by_name
 from .device import target_for
+from .problem import KernelFactoryError
 from .resources import shipped_dir
 from .selector import Refusal, UnreadableKey, problem_from_key, serving_refusals
-from tuning_db import SCHEMA_VERSION, TuningDB, Winner
+from tuning_db import SCHEMA_VERSION, TuningDB, TuningDBError, Winner
 from tuning_db.devices import mismatches
 from tuning_db.records import DeviceField
 from tuning_db.transfer import TransferDocument, TransferMeasurement, TransferWinner, read_document
 
 SHIPPED_ENV = "KFACTORY_SHIPPED"
+
+
+class ShippedError(KernelFactoryError):
+    """$KFACTORY_SHIPPED names no folder, or a shipped file is defective: one line, naming it."""
 
 
 class Match(enum.Enum):
@@ -86,9 +91,14 @@ class ShippedWinners:
 
     @classmethod
     def load(cls, folder: Path) -> "ShippedWinners":
-        """Every `*.json` export in `folder` (none: no shipped winners); a defective file is an error."""
-        files = sorted(folder.glob("*.json")) if folder.is_dir() else []
-        return cls(w for path in files for w in winners_of(read_document(path)))
+        """Every `*.json` export in `folder`; a defective file is a ShippedError naming it."""
+        winners: list[Winner] = []
+        for path in sorted(folder.glob("*.json")):
+            try:
+                winners += winners_of(read_document(path))
+            except TuningDBError as exc:
+                raise ShippedError(f"shipped winners: {exc}") from None
+        return cls(winners)
 
     def __len__(self) -> int:
         return sum(len(ws) for ws in self._by_key.values())
@@ -122,8 +132,15 @@ def shipped_winners() -> ShippedWinners:
         if setting not in _loaded:
             if setting.strip().lower() == "off":
                 _loaded[setting] = ShippedWinners()
-            else:
-                _loaded[setting] = ShippedWinners.load(Path(setting) if setting else shipped_dir())
+            elif setting:
+                folder = Path(setting).expanduser()
+                if not folder.is_dir():
+                    raise ShippedError(f"${SHIPPED_ENV}={setting!r} is not a folder of shipped-winner files "
+                                       "(or `off`)")
+                _loaded[setting] = ShippedWinners.load(folder)
+            else:  # the package's own, where it has any
+                folder = shipped_dir()
+                _loaded[setting] = ShippedWinners.load(folder) if folder.is_dir() else ShippedWinners()
         return _loaded[setting]
 
 

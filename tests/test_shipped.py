@@ -136,3 +136,23 @@ def test_db_verify_shipped_and_query_say_what_they_did(shipped, tmp_path, monkey
     assert record["trusted"] and record["instance"] == shipped and record["shipped_sm_count"] == DEVICE.sm_count
     assert cli.main([*query, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["instance"] == shipped
+
+
+def test_a_missing_folder_or_a_defective_file_is_one_line_naming_it(monkeypatch, tmp_path, capsys):
+    from factory.shipped import ShippedError, shipped_winners
+
+    monkeypatch.setenv("KFACTORY_SHIPPED", str(tmp_path / "nowhere"))
+    with pytest.raises(ShippedError, match="KFACTORY_SHIPPED=.*nowhere.* is not a folder"):
+        shipped_winners()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "sm_90.json").write_text('{"format": "something else"}')
+    monkeypatch.setenv("KFACTORY_SHIPPED", str(tmp_path / "bad"))
+    with pytest.raises(ShippedError, match="shipped winners: .*sm_90.json"):
+        shipped_winners()
+    isolate(monkeypatch, tmp_path)
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: FakeGPU(PROBLEM, NEW_DRIVER))
+    query = ["query", "--op", "conv_bwd_weight", "--layout", "NHWGC", "--dtype", "fp16", "--problem", PROBLEM.spec(),
+             "--db", str(tmp_path / "q.sqlite")]
+    assert cli.main(query) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sm_90.json" in err

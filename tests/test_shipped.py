@@ -156,3 +156,29 @@ def test_a_missing_folder_or_a_defective_file_is_one_line_naming_it(monkeypatch,
     assert cli.main(query) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sm_90.json" in err
+
+
+def test_the_ship_script_writes_a_file_the_loader_reads_and_refuses_a_missing_db(monkeypatch, tmp_path, capsys):
+    import runpy
+    import sys
+
+    isolate(monkeypatch, tmp_path)
+    db = TuningDB(str(tmp_path / "tuned.sqlite"))
+    winner = api.tune_problem(PROBLEM, FakeGPU(PROBLEM), db, SETTINGS).winner.instance
+    db.close()
+    script = str(__import__("pathlib").Path(__file__).parent.parent / "scripts" / "ship_winners.py")
+
+    def run(*args: str) -> int:
+        monkeypatch.setattr(sys, "argv", ["ship_winners.py", *args])
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(script, run_name="__main__")
+        return ended.value.code
+
+    out = tmp_path / "shipped" / "sm_90.json"
+    out.parent.mkdir()
+    assert run("--db", str(tmp_path / "tuned.sqlite"), "--arch", "sm_90", "--out", str(out)) == 0
+    monkeypatch.setenv("KFACTORY_SHIPPED", str(out.parent))
+    assert lookup_shipped(PROBLEM, NEW_DRIVER).instance.name == winner
+    assert run("--db", str(tmp_path / "missing.sqlite"), "--arch", "sm_90", "--out", str(out)) == 2
+    assert "no such tuning database" in capsys.readouterr().err
+    assert not (tmp_path / "missing.sqlite").exists()

@@ -87,7 +87,11 @@ def build_architecture(config: StepConfig) -> Any:
     return getattr(torchvision.models, ARCHITECTURES[config.architecture])(weights=None, num_classes=config.classes)
 
 
-AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "none": None}  # torch dtype names
+def autocast_dtype(name: str) -> Any:
+    """The torch dtype of an --autocast value (None for `none`)."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
 
 
 def planned_problems(config: StepConfig, build: Callable[[StepConfig], Any] | None = None) -> list[Any]:
@@ -108,8 +112,7 @@ def planned_problems(config: StepConfig, build: Callable[[StepConfig], Any] | No
     model = model.to(memory_format=fmt)
     images = torch.empty(config.batch, 3, config.size, config.size, device="meta").to(memory_format=fmt)
     labels = torch.zeros(config.batch, dtype=torch.long, device="meta")
-    name = AUTOCAST_DTYPES[config.autocast]
-    with planned_autocast(getattr(torch, name) if name else None):
+    with planned_autocast(autocast_dtype(config.autocast)):
         return step_problems(model, images, lambda out: torch.nn.functional.cross_entropy(out.float(), labels))
 
 
@@ -130,7 +133,7 @@ class TrainingStep:
             device=device, memory_format=fmt)
         self.labels = torch.randint(0, config.classes, (config.batch,), generator=generator).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=config.lr, momentum=0.9)
-        self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.autocast)
+        self.autocast = autocast_dtype(config.autocast)
         self.device = torch.device(device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast is torch.float16)
 

@@ -128,7 +128,7 @@ def _kernel(op: str, tensors: Sequence[Tensor], layout: Layout | None, make_prob
     except KernelFactoryError as exc:
         _note_once(op, str(exc))
         return None
-    if _record(problem):
+    if _recorders and _record(problem):  # no lock on the hot path unless a recording is open
         return None
     if not all(t.is_cuda for t in tensors):
         _note_once(op, "its tensors are not all on a CUDA device")

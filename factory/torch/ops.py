@@ -21,7 +21,7 @@ import contextlib
 import math
 import threading
 import warnings
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -84,22 +84,11 @@ def _record(problem: Any) -> bool:
         return bool(_recorders)
 
 
-def choose_kernels(problems: Sequence[Any], backend: Any = None, db: Any = None) -> dict[Any, Any]:
-    """Choose (select mode AUTO) and load now the kernel each problem's calls will run, as the first
-    call would; returns problem -> Kernel, or why PyTorch's kernel runs it (str)."""
-    from ..api import SelectMode, select
-    from ..backends import BackendError
-
-    chosen: dict[Any, Any] = {}
-    for problem in problems:
-        try:
-            found: Any = select(problem, mode=SelectMode.AUTO, backend=backend, db=db)
-        except (KernelFactoryError, BackendError) as exc:
-            found = f"{problem.key}: {exc}"
-        chosen[problem] = found
+def remember_choices(chosen: Mapping[Any, Any]) -> None:
+    """Set the kernel (or the reason PyTorch's runs, a str) each problem's calls use, as their first call
+    would have chosen it (factory.torch.prepare chooses them ahead of the step)."""
     with _lock:
         _choices.update(chosen)
-    return chosen
 
 
 def _record_planned(tensors: Sequence[Tensor], layout: Layout | None, make_problem: Callable[[], Any]) -> None:

@@ -140,23 +140,24 @@ def prepare(
     problems, compile the kernel each would be served (select mode AUTO) in parallel processes, and
     load them. Without it the first step compiles them one after another, in-process, mid-step; after
     it, that step (or a CUDA-graph capture's warm-up) only launches."""
-    from ..api import default_db, untuned_choice
+    from ..api import default_db, kernel_for, untuned_choice
     from ..backends import get_backend
     from ..compile_cache import CompileJob, compile_many
     from ..sources import source_of
-    from .ops import choose_kernels
+    from .ops import remember_choices
 
     problems = step_problems(model, example_inputs, loss_fn)
     backend = backend or get_backend()
     db = db or default_db()
     arch = backend.device_info().arch
-    jobs: dict[str, CompileJob] = {}
+    chosen: dict[Any, Any] = {}  # problem -> Kernel, or why PyTorch's kernel runs it
+    served: dict[Any, Any] = {}  # problem -> the instance select(mode=AUTO) serves
     for problem in problems:
         try:
-            instance = untuned_choice(problem, db, backend).instance
-        except (KernelFactoryError, BackendError):
-            continue  # choose_kernels below says why
-        jobs[instance.name] = CompileJob(instance.name, source_of(instance).text, instance.compile_arch(arch))
+            served[problem] = untuned_choice(problem, db, backend).instance
+        except (KernelFactoryError, BackendError) as exc:
+            chosen[problem] = f"{problem.key}: {exc}"
+    jobs = {i.name: CompileJob(i.name, source_of(i).text, i.compile_arch(arch)) for i in served.values()}
     compiled = 0
     with progress_bar(disable=not progress) as bar:
         task = bar.add_task("compile  ", total=len(jobs))
@@ -167,7 +168,12 @@ def prepare(
             bar.advance(task)
 
         compile_many(backend.kind, list(jobs.values()), workers, on_done=done)
-    chosen = choose_kernels(problems, backend, db)
+    for problem, instance in served.items():  # each binary now comes from the compile cache
+        try:
+            chosen[problem] = kernel_for(instance, problem, backend)
+        except (KernelFactoryError, BackendError) as exc:
+            chosen[problem] = f"{problem.key}: {exc}"
+    remember_choices(chosen)
     kernels = tuple((p.key, k.instance.name) for p, k in chosen.items() if not isinstance(k, str))
     fallbacks = tuple((p.key, k) for p, k in chosen.items() if isinstance(k, str))
     return Prepared(kernels, fallbacks, compiled)

@@ -21,7 +21,7 @@ import math
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 from .model import BenchError
@@ -209,7 +209,6 @@ class ModelResult:
     breakdown_stock: Breakdown | None = None
     breakdown_patched: Breakdown | None = None
     fallbacks: tuple[str, ...] = ()  # the fallback notes the patched steps gave
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def speedup(self) -> float:

@@ -279,8 +279,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     backend = _backend()  # before the DB: a machine without a GPU leaves no new DB file behind
     db = _open_db(args)
     with progress_bar() as bar:
-        outcome = tune_problem(problem, backend, db, TuneSettings(reps=args.reps), **tune_hooks(bar), fresh=args.fresh,
-                               budget=args.budget)
+        settings = TuneSettings(reps=args.reps, device_verify=not args.host_verify)
+        outcome = tune_problem(problem, backend, db, settings, **tune_hooks(bar), fresh=args.fresh, budget=args.budget)
     if not any(m.verified for m in outcome.measurements):
         # The stored winner (if any) is not this run's outcome: --fresh decided from new times only.
         outcome = dataclasses.replace(outcome, winner=None)
@@ -773,6 +773,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--budget", type=_budget, default=None, metavar="K|Ns",
                            help="measure only the K candidates the prior ranks first, or candidates in that order for N "
                                 "seconds (e.g. 5s); a later tune without it measures the rest")
+            p.add_argument("--host-verify", action="store_true",
+                           help="read every candidate's outputs back and check them on the host (slower; by default "
+                                "the GPU checks them and only a failing candidate's outputs come back)")
         p.set_defaults(func=func)
 
     db = sub.add_parser("db", help="tuning DB maintenance")

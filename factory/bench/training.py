@@ -323,10 +323,10 @@ def breakdown(step: Callable[[], Any], device: Any, steps: int = 3) -> Breakdown
 
 
 def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 20, warmup: int = 5, seed: int = 0,
-              tune: bool = False, profile: bool = True, build: Callable[[StepConfig], Any] | None = None,
+              tune: bool = False, tune_budget: Any = None, profile: bool = True, build: Callable[[StepConfig], Any] | None = None,
               say: Callable[[str], None] = lambda line: None) -> ModelResult:
     """Time and compare one configuration; see the module's docstring. `tune` first tunes every problem
-    the patched step meets (factory.torch.tune) into the default DB."""
+    the patched step meets (factory.torch.tune, `tune_budget` candidates or seconds each) into the default DB."""
     import warnings
 
     import torch
@@ -355,7 +355,7 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
                                 lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
             if tune:
                 say(f"{config.label}: tuning the {len(met)} problems the patched step meets")
-                tune_model(patched.model, patched.images,
+                tune_model(patched.model, patched.images, budget=tune_budget,
                            loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
             if torch.device(device).type == "cuda":  # compile the served kernels in parallel, not mid-step
                 prepare(patched.model, patched.images, progress=False,

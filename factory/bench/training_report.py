@@ -18,6 +18,12 @@ from .suite import parse_list
 from .training import ARCHITECTURES, AUTOCASTS, MEMORY_FORMATS, ModelResult, StepConfig, run_model
 
 
+def _tune_budget(text: str) -> Any:
+    from ..cli import _budget  # the parser `kfactory tune --budget` uses (imported late: cli imports this module)
+
+    return _budget(text)
+
+
 def add_step_arguments(g: Any) -> None:
     """The shape of a training step (--batch, --size, --autocast, --memory-format) for --model."""
     g.add_argument("--batch", type=int, default=64, help="--model batch size (default 64)")
@@ -36,6 +42,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=20, help="--model: training steps whose losses are compared (default 20)")
     g.add_argument("--tune", action="store_true",
                    help="--model: first tune every problem the patched step meets (factory.torch.tune)")
+    g.add_argument("--tune-budget", type=_tune_budget, default=None, metavar="K|Ns",
+                   help="--model with --tune: measure only the K candidates the prior ranks first, or for N "
+                        "seconds, per problem (as kfactory tune --budget)")
     g.add_argument("--compile", metavar="BACKEND", help="--model: run both models under torch.compile(fullgraph=True) "
                    "with this backend (inductor; a graph break is an error)")
     g.add_argument("--cuda-graph", action="store_true",
@@ -59,6 +68,8 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
         raise BenchError("--model times whole training steps: it takes no --random, --suite, --cases, --ops or --select")
     if args.reps < 1 or args.warmup < 0 or args.steps < 1:
         raise BenchError("--reps and --steps must be >= 1 and --warmup >= 0")
+    if args.tune_budget is not None and not args.tune:
+        raise BenchError("--tune-budget limits --tune: give both")
     todo = configs(args)
     import torch
 
@@ -80,7 +91,8 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
     try:
         for config in todo:
             results.append(run_model(config, device, steps=args.steps, reps=args.reps, warmup=args.warmup,
-                                     seed=args.seed or 0, tune=args.tune, say=errors.print))
+                                     seed=args.seed or 0, tune=args.tune, tune_budget=args.tune_budget,
+                                     say=errors.print))
             errors.print(line(results[-1]))
             meta = _meta(args, device, started, complete=len(results) == len(todo))
             _write(out, results, meta)  # after every configuration: an interrupted run keeps what it measured
@@ -106,7 +118,8 @@ def _meta(args: argparse.Namespace, device: Any, started: datetime, complete: bo
     return {"started_at": started.isoformat(), "finished_at": datetime.now(timezone.utc).isoformat(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
             "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup, "steps": args.steps,
-            "seed": args.seed or 0, "tuned_first": args.tune, "complete": complete,
+            "seed": args.seed or 0, "tuned_first": args.tune,
+            "tune_budget": str(args.tune_budget) if args.tune_budget is not None else None, "complete": complete,
             "timing": ("torch.cuda events" if device.type == "cuda" else "the wall clock")
             + " around each whole step (forward, loss, backward, SGD), median"}
 

@@ -44,18 +44,22 @@ def test_the_check_on_the_gpu_finds_what_numpy_finds(gpu_backend, scalar):
                         {"out": spec}, {"out": ref}, {"out": abs_ref}, processors=132)
     out = gpu_backend.alloc(spec.nbytes)
     try:
-        def store(values: np.ndarray) -> None:
+        def store(values: np.ndarray) -> np.ndarray:
+            """Put `values` in the output as its type holds them; returns what it holds, in float64."""
             if scalar is Scalar.BF16:
-                raw = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+                bits = values.astype(np.float32).view(np.uint32) >> 16
+                raw, held = bits.astype(np.uint16), (bits << 16).astype(np.uint32).view(np.float32)
             else:
                 raw = values.astype({Scalar.F16: np.float16, Scalar.F32: np.float32, Scalar.I32: np.int32}[scalar])
+                held = raw
             gpu_backend.copy_to_device(out, raw.tobytes())
+            return held.astype(np.float64)
 
         store(ref)
         assert check.verdict({"out": out}).ok
         wrong = ref.copy()
         wrong[n - 1] += 64.0
-        store(wrong)
+        wrong = store(wrong)  # the ratio is of the value the output type holds
         verdict = check.verdict({"out": out})
         assert not verdict.ok and verdict.output == "out" and verdict.worst_ratio > 1.0
         if scalar.is_float:

@@ -164,6 +164,8 @@ class _GroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
         n, c = x.shape[0], x.shape[1]
+        if x.device.type != "cpu":  # PyTorch's GPU forward takes NCHW only; F.group_norm makes the same copy
+            x = x.contiguous()
         out, mean, rstd = torch.ops.aten.native_group_norm(x, weight, bias, n, c, x[0, 0].numel(), groups, eps)
         ctx.save_for_backward(x, mean, rstd, weight)
         ctx.groups = groups

@@ -271,6 +271,8 @@ def groupnorm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Opti
                      lambda: _groupnorm_problem(x, groups, layout, affine))
     if kernel is None:
         spatial = math.prod(x.shape[2:])
+        if x.device.type != "cpu":  # PyTorch's GPU GroupNorm takes NCHW only
+            dy, x = dy.contiguous(), x.contiguous()
         got = torch.ops.aten.native_group_norm_backward(dy, x, mean, rstd, gamma, x.shape[0], x.shape[1], spatial,
                                                         groups, [True, affine, affine])
         dx.copy_(got[0])

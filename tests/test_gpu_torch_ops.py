@@ -61,7 +61,7 @@ def test_groupnorm_bwd_runs_ours_and_agrees_with_autograd(layout, dtype):
     _, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), gamma, beta, 8, 64, 30 * 31, 32, 1e-5)
     xg, gg, bg = (t.clone().requires_grad_() for t in (x, gamma, beta))
     y = F.group_norm(xg, 32, gg, bg, eps=1e-5)
-    dy = torch.randn_like(y)
+    dy = torch.randn_like(y).to(memory_format=memory_format(layout))  # y is NCHW on the GPU; ours wants x's layout
     y.backward(dy)
     dx, dgamma, dbeta = torch.ops.kfactory.groupnorm_bwd(dy, x, mean, rstd, gamma, 32)
     close(dx, xg.grad, dtype), close(dgamma, gg.grad, dtype), close(dbeta, bg.grad, dtype)

@@ -22,9 +22,12 @@ import re
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .model import BenchError
+
+if TYPE_CHECKING:  # factory.torch imports torch; this module must not
+    from ..torch.versus import Race
 
 # Our names for the architectures, and torchvision's builders of them.
 ARCHITECTURES = {"mobilenet_v2": "mobilenet_v2", "convnext_tiny": "convnext_tiny", "resnext50": "resnext50_32x4d"}
@@ -167,11 +170,21 @@ class TrainingStep:
         with torch.cuda.graph(graph):
             loss = self._forward_backward_update()
 
-        def replay() -> Any:
-            graph.replay()
-            return loss.clone()  # the captured loss is overwritten by the next replay
+        return _Replay(graph, loss, self), warm
 
-        return replay, warm
+
+@dataclass(frozen=True)
+class _Replay:
+    """One replay of a captured step per call, returning its loss. It holds the step too: the graph
+    reads and writes the model's parameters, optimizer state and batch in place, which must outlive it."""
+
+    graph: Any
+    loss: Any
+    step: TrainingStep
+
+    def __call__(self) -> Any:
+        self.graph.replay()
+        return self.loss.clone()  # the captured loss is overwritten by the next replay
 
 
 @dataclass(frozen=True)
@@ -209,6 +222,7 @@ class ModelResult:
     breakdown_stock: Breakdown | None = None
     breakdown_patched: Breakdown | None = None
     fallbacks: tuple[str, ...] = ()  # the fallback notes the patched steps gave
+    races: tuple[Race, ...] = ()  # per problem, ours vs PyTorch's op as prepare() timed them
 
     @property
     def speedup(self) -> float:
@@ -323,10 +337,11 @@ def breakdown(step: Callable[[], Any], device: Any, steps: int = 3) -> Breakdown
 
 
 def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 20, warmup: int = 5, seed: int = 0,
-              tune: bool = False, tune_budget: Any = None, profile: bool = True, build: Callable[[StepConfig], Any] | None = None,
+              tune: bool = False, tune_budget: Any = None, race: bool = True, profile: bool = True, build: Callable[[StepConfig], Any] | None = None,
               say: Callable[[str], None] = lambda line: None) -> ModelResult:
     """Time and compare one configuration; see the module's docstring. `tune` first tunes every problem
-    the patched step meets (factory.torch.tune, `tune_budget` candidates or seconds each) into the default DB."""
+    the patched step meets (factory.torch.tune, `tune_budget` candidates or seconds each) into the default DB;
+    `race`: prepare() serves PyTorch's kernel where it times faster than ours (else ours everywhere)."""
     import warnings
 
     import torch
@@ -357,9 +372,10 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
                 say(f"{config.label}: tuning the {len(met)} problems the patched step meets")
                 tune_model(patched.model, patched.images, budget=tune_budget,
                            loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
+            races: tuple[Race, ...] = ()
             if torch.device(device).type == "cuda":  # compile the served kernels in parallel, not mid-step
-                prepare(patched.model, patched.images, progress=False,
-                        loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels))
+                races = prepare(patched.model, patched.images, progress=False, versus_pytorch=race,
+                                loss_fn=lambda out: torch.nn.functional.cross_entropy(out, patched.labels)).races
         losses_patched, patched_call = losses(patched, steps, seed, graphed)
         say(f"{config.label}: timing {reps} steps each")
         stock = fresh(False)[0]
@@ -373,4 +389,4 @@ def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 2
     return ModelResult(
         config, stock_ms, patched_ms, stock_spread, patched_spread, losses_stock, losses_patched, losses_again,
         LOSS_RTOL[config.autocast], len(report.swapped), tuple(k.line() for k in report.kept), len(met),
-        profiles[0], profiles[1], fallbacks)
+        profiles[0], profiles[1], fallbacks, races)

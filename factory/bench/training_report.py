@@ -45,6 +45,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tune-budget", type=_tune_budget, default=None, metavar="K|Ns",
                    help="--model with --tune: measure only the K candidates the prior ranks first, or for N "
                         "seconds, per problem (as kfactory tune --budget)")
+    g.add_argument("--no-race", action="store_true",
+                   help="--model: serve ours on every problem, even where PyTorch's kernel times faster (by default "
+                        "factory.torch.prepare races the two per problem and the faster serves)")
     g.add_argument("--compile", metavar="BACKEND", help="--model: run both models under torch.compile(fullgraph=True) "
                    "with this backend (inductor; a graph break is an error)")
     g.add_argument("--cuda-graph", action="store_true",
@@ -92,7 +95,7 @@ def cmd_model_bench(args: argparse.Namespace) -> int:
         for config in todo:
             results.append(run_model(config, device, steps=args.steps, reps=args.reps, warmup=args.warmup,
                                      seed=args.seed or 0, tune=args.tune, tune_budget=args.tune_budget,
-                                     say=errors.print))
+                                     race=not args.no_race, say=errors.print))
             errors.print(line(results[-1]))
             meta = _meta(args, device, started, complete=len(results) == len(todo))
             _write(out, results, meta)  # after every configuration: an interrupted run keeps what it measured
@@ -118,7 +121,7 @@ def _meta(args: argparse.Namespace, device: Any, started: datetime, complete: bo
     return {"started_at": started.isoformat(), "finished_at": datetime.now(timezone.utc).isoformat(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
             "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup, "steps": args.steps,
-            "seed": args.seed or 0, "tuned_first": args.tune,
+            "seed": args.seed or 0, "tuned_first": args.tune, "raced": not args.no_race,
             "tune_budget": str(args.tune_budget) if args.tune_budget is not None else None, "complete": complete,
             "timing": ("torch.cuda events" if device.type == "cuda" else "the wall clock")
             + " around each whole step (forward, loss, backward, SGD), median"}
@@ -149,6 +152,19 @@ def table(results: Sequence[ModelResult], title: str) -> Table:
     return t
 
 
+def races_table(races: Sequence[Any]) -> list[str]:
+    """Per problem: ours and PyTorch's op as prepare() timed them (one call each, L2 flushed), and which serves."""
+    ours = sum(min(r.ours_us, r.pytorch_us) for r in races)
+    theirs = sum(r.pytorch_us for r in races)
+    lines = [f"Per problem, ours vs PyTorch's op (one call each, L2 flushed, median): the faster "
+             f"serves. Sum over the problems: {theirs / 1e3:.2f} ms PyTorch alone, {ours / 1e3:.2f} ms served "
+             f"({sum(not r.pytorch_wins for r in races)} of {len(races)} problems ours).", "",
+             "| problem | ours µs | PyTorch µs | served |", "|---|---|---|---|"]
+    lines += [f"| `{r.problem}` | {r.ours_us:.1f} | {r.pytorch_us:.1f} | {'PyTorch' if r.pytorch_wins else 'ours'} |"
+              for r in races]
+    return lines + [""]
+
+
 def markdown(results: Sequence[ModelResult], meta: dict[str, Any]) -> str:
     lines = [f"# Training step, stock vs patched, on {meta['device']}", "",
              f"torch {meta['torch']}; {meta['reps']} timed steps after {meta['warmup']} warm-up; losses over "
@@ -169,6 +185,8 @@ def markdown(results: Sequence[ModelResult], meta: dict[str, Any]) -> str:
                       "| kernel | kind | µs per step | calls |", "|---|---|---|---|"]
             lines += [f"| `{k.name}` | {k.kind} | {k.us:.1f} | {k.calls} |" for k in b.top]
             lines.append("")
+        if r.races:
+            lines += races_table(r.races)
         if r.fallbacks:
             lines += ["PyTorch's kernels instead of ours:", *(f"- {f}" for f in r.fallbacks), ""]
         if r.kept:

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
-from . import ops  # noqa: F401 - registers torch.ops.kfactory
+from . import ops  # registers torch.ops.kfactory
 
 F = nn.functional
 
@@ -103,10 +103,9 @@ class _ConvFunction(torch.autograd.Function):
         data, weights = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = db = None
         if data and CONV_BWD_DATA in ctx.ours:
-            dx = torch.ops.kfactory.conv_bwd_data(grad, _like(weight, x), list(x.shape), stride, padding, dilation,
-                                                  groups)
+            dx = ops.call("conv_bwd_data", grad, _like(weight, x), list(x.shape), stride, padding, dilation, groups)
         if weights and CONV_BWD_WEIGHT in ctx.ours:
-            dw = torch.ops.kfactory.conv_bwd_weight(grad, x, list(weight.shape), stride, padding, dilation, groups)
+            dw = ops.call("conv_bwd_weight", grad, x, list(weight.shape), stride, padding, dilation, groups)
         if (data and dx is None) or (weights and dw is None):  # the op(s) not asked for: PyTorch's
             theirs = torch.ops.aten.convolution_backward(grad, x, weight, None, stride, padding, dilation, False,
                                                          [0] * (x.dim() - 2), groups, [data and dx is None,
@@ -174,7 +173,7 @@ class _GroupNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
         x, mean, rstd, weight = ctx.saved_tensors
-        dx, dgamma, dbeta = torch.ops.kfactory.groupnorm_bwd(_like(grad, x), x, mean, rstd, weight, ctx.groups)
+        dx, dgamma, dbeta = ops.call("groupnorm_bwd", _like(grad, x), x, mean, rstd, weight, ctx.groups)
         affine = weight is not None
         return (dx if ctx.needs_input_grad[0] else None, None, dgamma if affine else None,
                 dbeta if affine else None, None)
@@ -199,7 +198,7 @@ class _DwsepFunction(torch.autograd.Function):
                 stride: list[int], padding: list[int], dilation: list[int], act_dw: str, act_pw: str) -> Tensor:
         ctx.save_for_backward(x, w_dw, w_pw, b_dw, b_pw)
         ctx.conf = (stride, padding, dilation, act_dw, act_pw)
-        return torch.ops.kfactory.dwsep_conv_fwd(x, w_dw, w_pw, b_dw, b_pw, stride, padding, dilation, act_dw, act_pw)
+        return ops.call("dwsep_conv_fwd", x, w_dw, w_pw, b_dw, b_pw, stride, padding, dilation, act_dw, act_pw)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:

@@ -18,9 +18,11 @@ both paths, so the fake and the real implementations always return the same stri
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
@@ -29,6 +31,12 @@ from torch import Tensor
 from ..ops.dwsep_conv_fwd.problem import Activation, DwsepProblem
 from ..ops.groupnorm_bwd.problem import GroupNormProblem
 from ..problem import ConvProblem, DType, KernelFactoryError, Layout, Op
+
+try:  # the dispatch mode in force (FakeTensorMode, a proxy tracer...), if any
+    from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
+except ImportError:  # pragma: no cover - older PyTorch: always go through the dispatcher
+    def _current_dispatch_mode() -> Any:
+        return True
 
 
 class KernelFactoryFallback(UserWarning):
@@ -84,9 +92,16 @@ def _record(problem: Any) -> bool:
         return bool(_recorders)
 
 
+@dataclass(frozen=True)
+class PyTorchChosen:
+    """A problem PyTorch's kernel runs by choice (it was timed faster here): no fallback note."""
+
+    reason: str
+
+
 def remember_choices(chosen: Mapping[Any, Any]) -> None:
-    """Set the kernel (or the reason PyTorch's runs, a str) each problem's calls use, as their first call
-    would have chosen it (factory.torch.prepare chooses them ahead of the step)."""
+    """Set the kernel (or the reason PyTorch's runs: a str, noted once, or a PyTorchChosen) each problem's
+    calls use, as their first call would have chosen it (factory.torch.prepare chooses them ahead)."""
     with _lock:
         _choices.update(chosen)
 
@@ -136,6 +151,8 @@ def _kernel(op: str, tensors: Sequence[Tensor], layout: Layout | None, make_prob
     if isinstance(found, str):
         _note_once(op, found)
         return None
+    if isinstance(found, PyTorchChosen):
+        return None
     return found
 
 
@@ -144,6 +161,35 @@ def _workspace(kernel: Any, like: Tensor) -> Tensor | None:
     taken from the graph's pool, so even a first run during a capture allocates nothing of its own."""
     nbytes = kernel.workspace_bytes
     return like.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None
+
+
+# --- registration and eager calls -----------------------------------------------------------------
+_IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {}  # op name -> its real implementation
+
+
+def _custom_op(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """Register `kfactory::<name>` with torch.library and keep the implementation for `call`."""
+    def register(implementation: Callable[..., Any]) -> Any:
+        _IMPLEMENTATIONS[name] = implementation
+        return torch.library.custom_op(f"kfactory::{name}", mutates_args=())(implementation)
+    return register
+
+
+def _eager(tensor: Tensor) -> bool:
+    """A plain CUDA tensor outside any tracing, fake mode or dispatch mode: the real implementation may
+    run directly."""
+    if type(tensor) is not Tensor or not tensor.is_cuda or torch.compiler.is_compiling():
+        return False
+    return _current_dispatch_mode() is None
+
+
+def call(name: str, *args: Any) -> Any:
+    """torch.ops.kfactory.<name>(*args); on plain CUDA tensors in eager mode its implementation directly,
+    without PyTorch's dispatcher (tens of microseconds of host time per call, which a training step of
+    small layers feels). Under torch.compile, fake tensors or any dispatch mode, through the dispatcher."""
+    if _eager(args[0]):
+        return _IMPLEMENTATIONS[name](*args)
+    return getattr(torch.ops.kfactory, name)(*args)
 
 
 # --- memory formats -------------------------------------------------------------------------------
@@ -180,6 +226,14 @@ def empty_in(layout: Layout | None, shape: Sequence[int], like: Tensor) -> Tenso
 def _conv_problem(op: Op, layout: Layout, dtype: torch.dtype, input_size: Sequence[int], output_size: Sequence[int],
                   weight_size: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
                   groups: int) -> ConvProblem:
+    return _conv_problem_of(op, layout, dtype, tuple(input_size), tuple(output_size), tuple(weight_size),
+                            tuple(stride), tuple(padding), tuple(dilation), int(groups))
+
+
+@functools.lru_cache(maxsize=4096)  # a step meets the same few dozen problems every time: build each once
+def _conv_problem_of(op: Op, layout: Layout, dtype: torch.dtype, input_size: tuple[int, ...],
+                     output_size: tuple[int, ...], weight_size: tuple[int, ...], stride: tuple[int, ...],
+                     padding: tuple[int, ...], dilation: tuple[int, ...], groups: int) -> ConvProblem:
     problem = ConvProblem(
         N=int(input_size[0]), G=groups, C=int(input_size[1]) // groups, K=int(output_size[1]) // groups,
         input=tuple(int(s) for s in input_size[2:]), filter=tuple(int(s) for s in weight_size[2:]),
@@ -197,7 +251,7 @@ def _conv_backward(grad_output: Tensor, input: Tensor, weight: Tensor, stride: S
                                                list(dilation), False, [0] * nd, groups, mask)
 
 
-@torch.library.custom_op("kfactory::conv_bwd_weight", mutates_args=())
+@_custom_op("conv_bwd_weight")
 def conv_bwd_weight(grad_output: Tensor, input: Tensor, weight_size: list[int], stride: list[int],
                     padding: list[int], dilation: list[int], groups: int) -> Tensor:
     """dW of a grouped convolution (PyTorch's shapes: input (N, G*C, *S), weight (G*K, C, *F))."""
@@ -224,7 +278,7 @@ def _(grad_output: Tensor, input: Tensor, weight_size: list[int], stride: list[i
     return empty_in(layout, weight_size, input)
 
 
-@torch.library.custom_op("kfactory::conv_bwd_data", mutates_args=())
+@_custom_op("conv_bwd_data")
 def conv_bwd_data(grad_output: Tensor, weight: Tensor, input_size: list[int], stride: list[int],
                   padding: list[int], dilation: list[int], groups: int) -> Tensor:
     """dIn of a grouped convolution (PyTorch's shapes: input (N, G*C, *S), weight (G*K, C, *F))."""
@@ -257,7 +311,7 @@ def _groupnorm_problem(x: Tensor, groups: int, layout: Layout, affine: bool) -> 
                             layout=layout, dtype=DTYPES[x.dtype], affine=affine)
 
 
-@torch.library.custom_op("kfactory::groupnorm_bwd", mutates_args=())
+@_custom_op("groupnorm_bwd")
 def groupnorm_bwd(dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, gamma: Optional[Tensor],
                   groups: int) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dgamma, dbeta) of GroupNorm over x (N, C, *S) with PyTorch's saved mean and rstd (N, G);
@@ -333,7 +387,7 @@ def _dwsep_problem(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw:
         act_dw=acts[0], act_pw=acts[1])
 
 
-@torch.library.custom_op("kfactory::dwsep_conv_fwd", mutates_args=())
+@_custom_op("dwsep_conv_fwd")
 def dwsep_conv_fwd(input: Tensor, weight_dw: Tensor, weight_pw: Tensor, bias_dw: Optional[Tensor],
                    bias_pw: Optional[Tensor], stride: list[int], padding: list[int], dilation: list[int],
                    act_dw: str, act_pw: str) -> Tensor:

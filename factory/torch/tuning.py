@@ -23,7 +23,8 @@ from ..backends import Backend, BackendError
 from ..problem import KernelFactoryError, UnsupportedProblem
 from ..progress_bars import progress_bar, tune_hooks
 from ..tuner import TuneSettings
-from .ops import clear_kernel_choices, recording
+from .ops import PyTorchChosen, clear_kernel_choices, recording
+from .versus import Race, race, race_timer
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,13 @@ class Prepared:
     kernels: tuple[tuple[str, str], ...]  # (problem, instance)
     fallbacks: tuple[tuple[str, str], ...]  # (problem, why)
     compiled: int  # binaries compiled now (the rest were in the compile cache)
+    races: tuple[Race, ...] = ()  # ours vs PyTorch's per problem (versus_pytorch); the losers of ours are fallbacks
 
     def summary(self) -> str:
+        faster = sum(r.pytorch_wins for r in self.races)
         return (f"{len(self.kernels)} problems ready ({self.compiled} kernels compiled now)"
-                + (f"; {len(self.fallbacks)} run PyTorch's kernels" if self.fallbacks else ""))
+                + (f"; {len(self.fallbacks)} run PyTorch's kernels" if self.fallbacks else "")
+                + (f" ({faster} of them timed faster than ours here)" if faster else ""))
 
 
 def prepare(
@@ -134,12 +138,17 @@ def prepare(
     backend: Backend | None = None,
     db: Any = None,
     workers: int | None = None,
+    versus_pytorch: bool = True,
     progress: bool = True,
 ) -> Prepared:
     """Ready the kernels a training step will run before the first step does: record the step's
     problems, compile the kernel each would be served (select mode AUTO) in parallel processes, and
     load them. Without it the first step compiles them one after another, in-process, mid-step; after
-    it, that step (or a CUDA-graph capture's warm-up) only launches."""
+    it, that step (or a CUDA-graph capture's warm-up) only launches.
+
+    `versus_pytorch` (on a CUDA device): each served kernel is then timed against PyTorch's own op on
+    the same problem (factory.torch.versus), and where PyTorch's is faster its kernel runs the problem
+    instead, with no fallback note: patching never makes a layer slower than it was."""
     from ..api import default_db, kernel_for, untuned_choice
     from ..backends import get_backend
     from ..compile_cache import CompileJob, compile_many
@@ -173,10 +182,41 @@ def prepare(
             chosen[problem] = kernel_for(instance, problem, backend)
         except (KernelFactoryError, BackendError) as exc:
             chosen[problem] = f"{problem.key}: {exc}"
+    races = _race_pytorch(chosen, _device_of(example_inputs), progress) if versus_pytorch else ()
     remember_choices(chosen)
-    kernels = tuple((p.key, k.instance.name) for p, k in chosen.items() if not isinstance(k, str))
-    fallbacks = tuple((p.key, k) for p, k in chosen.items() if isinstance(k, str))
-    return Prepared(kernels, fallbacks, compiled)
+    kernels = tuple((p.key, k.instance.name) for p, k in chosen.items() if not isinstance(k, (str, PyTorchChosen)))
+    fallbacks = tuple((p.key, k if isinstance(k, str) else k.reason) for p, k in chosen.items()
+                      if isinstance(k, (str, PyTorchChosen)))
+    return Prepared(kernels, fallbacks, compiled, races)
+
+
+def _device_of(example_inputs: Any) -> torch.device | None:
+    first = next(_tensors(example_inputs), None)
+    return first.device if first is not None else None
+
+
+def _race_pytorch(chosen: dict[Any, Any], device: torch.device | None, progress: bool) -> tuple[Race, ...]:
+    """Race every chosen kernel against PyTorch's op (factory.torch.versus); PyTorch's winners replace ours
+    in `chosen`. Nothing is raced off CUDA."""
+    if device is None or device.type != "cuda":
+        return ()
+    contenders = [(p, k) for p, k in chosen.items() if not isinstance(k, (str, PyTorchChosen))]
+    if not contenders:
+        return ()
+    races: list[Race] = []
+    with torch.cuda.device(device), progress_bar(disable=not progress) as bar:
+        task = bar.add_task("vs PyTorch", total=len(contenders))
+        timer = race_timer(device)
+        for problem, kernel in contenders:
+            result = race(problem, kernel, timer, device)
+            if result is not None:
+                races.append(result)
+                if result.pytorch_wins:
+                    chosen[problem] = PyTorchChosen(result.reason())
+            bar.advance(task)
+        del timer
+        torch.cuda.empty_cache()  # the race's inputs and flush buffer, back before the step allocates
+    return tuple(races)
 
 
 def tune(

@@ -103,9 +103,12 @@ class _ConvFunction(torch.autograd.Function):
         data, weights = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = db = None
         if data and CONV_BWD_DATA in ctx.ours:
-            dx = ops.call("conv_bwd_data", grad, _like(weight, x), list(x.shape), stride, padding, dilation, groups)
+            w = _like(weight, x)
+            if ops.conv_served(CONV_BWD_DATA, grad, w, x.shape, stride, padding, dilation, groups):
+                dx = ops.call(CONV_BWD_DATA, grad, w, list(x.shape), stride, padding, dilation, groups)
         if weights and CONV_BWD_WEIGHT in ctx.ours:
-            dw = ops.call("conv_bwd_weight", grad, x, list(weight.shape), stride, padding, dilation, groups)
+            if ops.conv_served(CONV_BWD_WEIGHT, grad, x, weight.shape, stride, padding, dilation, groups):
+                dw = ops.call(CONV_BWD_WEIGHT, grad, x, list(weight.shape), stride, padding, dilation, groups)
         if (data and dx is None) or (weights and dw is None):  # the op(s) not asked for: PyTorch's
             theirs = torch.ops.aten.convolution_backward(grad, x, weight, None, stride, padding, dilation, False,
                                                          [0] * (x.dim() - 2), groups, [data and dx is None,

@@ -260,8 +260,8 @@ def conv_bwd_weight(grad_output: Tensor, input: Tensor, weight_size: list[int], 
     kernel = _kernel("conv_bwd_weight", (grad_output, input), layout, lambda: _conv_problem(
         Op.CONV_BWD_WEIGHT, layout, input.dtype, input.shape, grad_output.shape, weight_size, stride, padding,
         dilation, groups))
-    if kernel is None:
-        stub = input.new_empty(weight_size)  # convolution_backward reads the weight's shape only here
+    if kernel is None:  # convolution_backward reads the stub weight's shape and memory format only
+        stub = empty_in(layout, weight_size, input)
         out.copy_(_conv_backward(grad_output, input, stub, stride, padding, dilation, groups, [False, True, False])[1])
     else:
         kernel.run(input=input, grad_output=grad_output, grad_weight=out, workspace=_workspace(kernel, out))
@@ -287,8 +287,8 @@ def conv_bwd_data(grad_output: Tensor, weight: Tensor, input_size: list[int], st
     kernel = _kernel("conv_bwd_data", (grad_output, weight), layout, lambda: _conv_problem(
         Op.CONV_BWD_DATA, layout, grad_output.dtype, input_size, grad_output.shape, weight.shape, stride, padding,
         dilation, groups))
-    if kernel is None:
-        stub = grad_output.new_empty(input_size)  # convolution_backward reads the input's shape only here
+    if kernel is None:  # convolution_backward reads the stub input's shape and memory format only: in `out`'s
+        stub = empty_in(layout, input_size, grad_output)  # format, its result is copied without a transpose
         out.copy_(_conv_backward(grad_output, stub, weight, stride, padding, dilation, groups, [True, False, False])[0])
     else:
         kernel.run(grad_output=grad_output, weight=weight, grad_input=out, workspace=_workspace(kernel, out))
@@ -303,6 +303,23 @@ def _(grad_output: Tensor, weight: Tensor, input_size: list[int], stride: list[i
         Op.CONV_BWD_DATA, layout, grad_output.dtype, input_size, grad_output.shape, weight.shape, stride, padding,
         dilation, groups))
     return empty_in(layout, input_size, grad_output)
+
+
+def conv_served(op: str, grad_output: Tensor, other: Tensor, size: Sequence[int], stride: Sequence[int],
+                padding: Sequence[int], dilation: Sequence[int], groups: int) -> bool:
+    """Whether `call(op, grad_output, other, size, ...)` would run our kernel. In eager mode the caller can
+    then let one convolution_backward compute what PyTorch serves (both gradients at once, in their own
+    memory format); while tracing the op itself decides at run time, so True."""
+    if not _eager(grad_output):
+        return True
+    layout = layout_of(grad_output, other)
+    if op == "conv_bwd_weight":
+        make = lambda: _conv_problem(Op.CONV_BWD_WEIGHT, layout, other.dtype, other.shape, grad_output.shape,  # noqa: E731
+                                     size, stride, padding, dilation, groups)
+    else:
+        make = lambda: _conv_problem(Op.CONV_BWD_DATA, layout, grad_output.dtype, size, grad_output.shape,  # noqa: E731
+                                     other.shape, stride, padding, dilation, groups)
+    return _kernel(op, (grad_output, other), layout, make) is not None
 
 
 # --- GroupNorm backward ---------------------------------------------------------------------------

@@ -126,3 +126,29 @@ def test_an_interrupted_run_keeps_the_configurations_it_measured(tmp_path, monke
     saved = json.loads((tmp_path / "models.json").read_text())
     assert saved["meta"]["complete"] is False
     assert [r["config"]["architecture"] for r in saved["results"]] == ["mobilenet_v2"]
+
+
+def test_a_captured_step_outlives_everything_but_its_replay():
+    """The graph reads and writes the model, optimizer state and batch in place: the replay holds them."""
+    import gc
+    import weakref
+
+    class Step:
+        pass
+
+    step, replays = Step(), []
+    replay = training._Replay(type("Graph", (), {"replay": lambda self: replays.append(1)})(), torch.ones(()), step)
+    alive = weakref.ref(step)
+    del step
+    gc.collect()
+    assert alive() is not None
+    assert float(replay()) == 1.0 and replays == [1]
+
+
+def test_the_races_table_says_what_serves_each_problem_and_the_sums():
+    from factory.bench.training_report import races_table
+    from factory.torch.versus import Race
+
+    lines = races_table([Race("a", "i", 100.0, 300.0), Race("b", "i", 200.0, 50.0)])
+    assert "0.35 ms PyTorch alone, 0.15 ms served (1 of 2 problems ours)" in lines[0]
+    assert lines[-3:-1] == ["| `a` | 100.0 | 300.0 | ours |", "| `b` | 200.0 | 50.0 | PyTorch |"]

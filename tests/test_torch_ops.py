@@ -157,3 +157,59 @@ def test_the_fallback_is_said_once_per_op_and_reason():
             torch.ops.kfactory.conv_bwd_weight(dy, x, list(w.shape), stride, pad, dil, g)
     notes = [str(w.message) for w in caught if issubclass(w.category, KernelFactoryFallback)]
     assert notes == ["kfactory::conv_bwd_weight ran PyTorch's own kernel: its tensors are not all on a CUDA device"]
+
+
+# --- the eager hot path ------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (1, 1, 4, 4), (3, 6, 1, 1), (2, 4, 3, 5, 6), (1, 3, 1, 2, 1),
+                                   (2, 8, 9), (4, 1, 1)])
+def test_layout_of_follows_the_stride_rule_in_every_memory_format(shape):
+    """PyTorch's channels-last test (used for 4-D and 5-D) and ours (1-D convolutions) agree on the rule
+    that a size-1 dim's stride is free; contiguous tensors of such shapes may be both."""
+    from factory.problem import Layout
+    from factory.torch.ops import _has_strides, layout_of
+
+    dense = torch.zeros(shape)
+    stored_last = torch.zeros((shape[0], *shape[2:], shape[1])).movedim(-1, 1)
+    for t in (dense, stored_last, dense.transpose(-1, -2)):
+        expect_last = _has_strides(t, channels_last_strides(t.shape))
+        got = layout_of(t)
+        if expect_last:
+            assert got is Layout.NHWGC
+        else:
+            assert got is (Layout.NGCHW if t.is_contiguous() else None)
+    assert layout_of(stored_last) is Layout.NHWGC
+
+
+def test_eager_calls_go_through_the_dispatcher_off_cuda_and_under_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from factory.torch import ops
+
+    assert not ops._eager(torch.zeros(2))
+    with FakeTensorMode():
+        assert not ops._eager(torch.zeros(2))
+    assert set(ops._IMPLEMENTATIONS) == {"conv_bwd_weight", "conv_bwd_data", "groupnorm_bwd", "dwsep_conv_fwd"}
+    assert all(hasattr(torch.ops.kfactory, name) for name in ops._IMPLEMENTATIONS)
+
+
+def test_a_convolution_call_chooses_its_kernel_once_and_forgets_it_when_told(monkeypatch):
+    from factory.problem import Layout
+    from factory.torch import ops
+
+    asked: list[str] = []
+    monkeypatch.setattr(ops, "_kernel", lambda op, tensors, layout, make: asked.append(make().key) or "K")
+    clear_kernel_choices()
+    dy, x = torch.zeros(2, 8, 6, 6), torch.zeros(2, 8, 6, 6)
+    args = ("conv_bwd_weight", dy, x, Layout.NGCHW, [8, 1, 3, 3], [1, 1], [1, 1], [1, 1], 8)
+    assert ops._conv_kernel(*args) == "K" and ops._conv_kernel(*args) == "K"
+    assert len(asked) == 1
+    ops._conv_kernel("conv_bwd_weight", torch.zeros(2, 8, 4, 4), x, Layout.NGCHW, [8, 1, 3, 3], [1, 1], [0, 0],
+                     [1, 1], 8)  # no padding: another problem
+    assert len(asked) == 2
+    with ops.recording():  # a recording sees every call: nothing is answered from memory
+        ops._conv_kernel(*args)
+    assert len(asked) == 3
+    clear_kernel_choices()
+    ops._conv_kernel(*args)
+    assert len(asked) == 4
+    clear_kernel_choices()

@@ -201,3 +201,38 @@ def test_prepare_compiles_what_the_step_will_run_before_the_step_does(monkeypatc
     assert prepare(model, x, backend=gpu, db=db, workers=1, progress=False).compiled == 0  # cached now
     assert "1 problems ready (0 kernels compiled now)" in prepare(model, x, backend=gpu, db=db, progress=False).summary()
     kf_ops.clear_kernel_choices()
+
+
+def test_prepare_serves_pytorch_where_it_times_faster_and_races_nothing_off_cuda(monkeypatch):
+    """The race's decision (factory.torch.versus): the slower of ours and PyTorch's op is not used; a
+    problem PyTorch runs already (a reason) is not raced."""
+    import collections
+    import contextlib
+    import types
+
+    from factory.torch import tuning
+    from factory.torch.ops import PyTorchChosen
+    from factory.torch.versus import Race
+
+    Problem = collections.namedtuple("Problem", "key")
+    medians = {"ours-faster": (5.0, 9.0), "pytorch-faster": (9.0, 5.0)}
+    raced: list[str] = []
+
+    def fake_race(problem, kernel, timer, device):
+        raced.append(problem.key)
+        return Race(problem.key, kernel.instance.name, *medians[problem.key])
+
+    monkeypatch.setattr(tuning, "race", fake_race)
+    monkeypatch.setattr(tuning, "race_timer", lambda device: object())
+    monkeypatch.setattr(tuning.torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(tuning.torch.cuda, "empty_cache", lambda: None)
+    kernel = types.SimpleNamespace(instance=types.SimpleNamespace(name="inst"))
+    chosen = {Problem("ours-faster"): kernel, Problem("pytorch-faster"): kernel, Problem("no-kernel"): "no kernel: why"}
+    assert tuning._race_pytorch(dict(chosen), torch.device("cpu"), progress=False) == ()
+    races = tuning._race_pytorch(chosen, torch.device("cuda"), progress=False)
+    assert sorted(raced) == ["ours-faster", "pytorch-faster"] and len(races) == 2
+    assert chosen[Problem("ours-faster")] is kernel and chosen[Problem("no-kernel")] == "no kernel: why"
+    lost = chosen[Problem("pytorch-faster")]
+    assert isinstance(lost, PyTorchChosen) and "PyTorch's kernel is faster on this GPU (5.0 µs vs 9.0 µs" in lost.reason
+    summary = tuning.Prepared((("ours-faster", "inst"),), (("pytorch-faster", lost.reason),), 0, races).summary()
+    assert "1 run PyTorch's kernels (1 of them timed faster than ours here)" in summary

@@ -47,6 +47,9 @@ DTYPES = {torch.float16: DType.FP16, torch.bfloat16: DType.BF16, torch.float32: 
 
 _noted: set[tuple[str, str]] = set()
 _choices: dict[Any, Any] = {}  # problem -> its Kernel, or why none serves it (str)
+# A convolution call's arguments (shapes, strides, dtypes, device, geometry) -> its Kernel or None: the
+# step's hot path is then one dict lookup per call. Cleared with _choices; bypassed while recording.
+_conv_calls: dict[tuple[Any, ...], Any] = {}
 _lock = threading.Lock()
 _recorders: list[list[Any]] = []  # one per open recording()
 
@@ -56,6 +59,7 @@ def clear_kernel_choices() -> None:
     with _lock:
         _choices.clear()
         _noted.clear()
+        _conv_calls.clear()
 
 
 def _note_once(op: str, reason: str) -> None:
@@ -104,6 +108,7 @@ def remember_choices(chosen: Mapping[Any, Any]) -> None:
     calls use, as their first call would have chosen it (factory.torch.prepare chooses them ahead)."""
     with _lock:
         _choices.update(chosen)
+        _conv_calls.clear()
 
 
 def _record_planned(tensors: Sequence[Tensor], layout: Layout | None, make_problem: Callable[[], Any]) -> None:
@@ -204,10 +209,20 @@ def _has_strides(t: Tensor, strides: Sequence[int]) -> bool:
     return all(size == 1 or have == want for size, have, want in zip(t.shape, t.stride(), strides))
 
 
+def _channels_last(t: Tensor) -> bool:
+    """Stored (N, *S, C); PyTorch's own test where it has the memory format (the same rule: a size-1
+    dim's stride is free), ours for 1-D convolutions' (N, C, W)."""
+    if t.dim() == 4:
+        return t.is_contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.is_contiguous(memory_format=torch.channels_last_3d)
+    return _has_strides(t, channels_last_strides(t.shape))
+
+
 def layout_of(*tensors: Tensor) -> Layout | None:
     """NHWGC when every tensor is channels-last, NGCHW when every one is contiguous (channels-last
     first where both hold), None for a mix."""
-    if all(_has_strides(t, channels_last_strides(t.shape)) for t in tensors):
+    if all(_channels_last(t) for t in tensors):
         return Layout.NHWGC
     if all(t.is_contiguous() for t in tensors):
         return Layout.NGCHW
@@ -257,9 +272,8 @@ def conv_bwd_weight(grad_output: Tensor, input: Tensor, weight_size: list[int], 
     """dW of a grouped convolution (PyTorch's shapes: input (N, G*C, *S), weight (G*K, C, *F))."""
     layout = layout_of(grad_output, input)
     out = empty_in(layout, weight_size, input)
-    kernel = _kernel("conv_bwd_weight", (grad_output, input), layout, lambda: _conv_problem(
-        Op.CONV_BWD_WEIGHT, layout, input.dtype, input.shape, grad_output.shape, weight_size, stride, padding,
-        dilation, groups))
+    kernel = _conv_kernel("conv_bwd_weight", grad_output, input, layout, weight_size, stride, padding, dilation,
+                          groups)
     if kernel is None:  # convolution_backward reads the stub weight's shape and memory format only
         stub = empty_in(layout, weight_size, input)
         out.copy_(_conv_backward(grad_output, input, stub, stride, padding, dilation, groups, [False, True, False])[1])
@@ -284,9 +298,8 @@ def conv_bwd_data(grad_output: Tensor, weight: Tensor, input_size: list[int], st
     """dIn of a grouped convolution (PyTorch's shapes: input (N, G*C, *S), weight (G*K, C, *F))."""
     layout = layout_of(grad_output, weight)
     out = empty_in(layout, input_size, grad_output)
-    kernel = _kernel("conv_bwd_data", (grad_output, weight), layout, lambda: _conv_problem(
-        Op.CONV_BWD_DATA, layout, grad_output.dtype, input_size, grad_output.shape, weight.shape, stride, padding,
-        dilation, groups))
+    kernel = _conv_kernel("conv_bwd_data", grad_output, weight, layout, input_size, stride, padding, dilation,
+                          groups)
     if kernel is None:  # convolution_backward reads the stub input's shape and memory format only: in `out`'s
         stub = empty_in(layout, input_size, grad_output)  # format, its result is copied without a transpose
         out.copy_(_conv_backward(grad_output, stub, weight, stride, padding, dilation, groups, [True, False, False])[0])
@@ -305,6 +318,29 @@ def _(grad_output: Tensor, weight: Tensor, input_size: list[int], stride: list[i
     return empty_in(layout, input_size, grad_output)
 
 
+def _conv_kernel(op: str, grad_output: Tensor, other: Tensor, layout: Layout | None, size: Sequence[int],
+                 stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int) -> Any | None:
+    """`_kernel` for a convolution backward call (`other`: the input for conv_bwd_weight, the weight for
+    conv_bwd_data; `size`: the other gradient's shape), remembered per call signature."""
+    key = (op, grad_output.shape, grad_output.stride(), grad_output.dtype, grad_output.device, other.shape,
+           other.stride(), other.dtype, tuple(size), tuple(stride), tuple(padding), tuple(dilation), groups)
+    if not _recorders:
+        found = _conv_calls.get(key, _conv_calls)
+        if found is not _conv_calls:
+            return found
+    if op == "conv_bwd_weight":
+        make = lambda: _conv_problem(Op.CONV_BWD_WEIGHT, layout, other.dtype, other.shape, grad_output.shape,  # noqa: E731
+                                     size, stride, padding, dilation, groups)
+    else:
+        make = lambda: _conv_problem(Op.CONV_BWD_DATA, layout, grad_output.dtype, size, grad_output.shape,  # noqa: E731
+                                     other.shape, stride, padding, dilation, groups)
+    kernel = _kernel(op, (grad_output, other), layout, make)
+    if not _recorders:
+        with _lock:
+            _conv_calls[key] = kernel
+    return kernel
+
+
 def conv_served(op: str, grad_output: Tensor, other: Tensor, size: Sequence[int], stride: Sequence[int],
                 padding: Sequence[int], dilation: Sequence[int], groups: int) -> bool:
     """Whether `call(op, grad_output, other, size, ...)` would run our kernel. In eager mode the caller can
@@ -313,13 +349,7 @@ def conv_served(op: str, grad_output: Tensor, other: Tensor, size: Sequence[int]
     if not _eager(grad_output):
         return True
     layout = layout_of(grad_output, other)
-    if op == "conv_bwd_weight":
-        make = lambda: _conv_problem(Op.CONV_BWD_WEIGHT, layout, other.dtype, other.shape, grad_output.shape,  # noqa: E731
-                                     size, stride, padding, dilation, groups)
-    else:
-        make = lambda: _conv_problem(Op.CONV_BWD_DATA, layout, grad_output.dtype, size, grad_output.shape,  # noqa: E731
-                                     other.shape, stride, padding, dilation, groups)
-    return _kernel(op, (grad_output, other), layout, make) is not None
+    return _conv_kernel(op, grad_output, other, layout, size, stride, padding, dilation, groups) is not None
 
 
 # --- GroupNorm backward ---------------------------------------------------------------------------

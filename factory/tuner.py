@@ -36,6 +36,7 @@ from .device import DeviceTarget, target_for
 from .device_check import MAX_CHECKED_ELEMENTS, DeviceCheck
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
+from .reference_device import device_references
 from .verify import Verdict, reference_outputs, verify
 from .worker import LossKind, Worker, WorkerLost, WorkerSpec
 from tuning_db import Measurement
@@ -326,7 +327,10 @@ def tune_timed(
         host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
         values = {name: numerics.exact_values(arr, next(s.scalar for s in specs if s.name == name))
                   for name, arr in host.items()}
-        ref, abs_ref = reference_outputs(solver, problem, values)
+        # A large convolution's float64 reference may compute on this GPU (factory.reference_device); a
+        # backend PyTorch cannot address (a test's fake GPU) has no ordinal.
+        with device_references(getattr(backend, "ordinal", None)):
+            ref, abs_ref = reference_outputs(solver, problem, values)
         min_bytes, macs = solver.traffic(problem)
 
         bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))

@@ -216,6 +216,11 @@ class CudaBackend:
         # One module per binary in this context: a binary's entry points share it.
         self._modules: dict[bytes, Any] = {}
 
+    @property
+    def ordinal(self) -> int:
+        """This device's number in this process, as PyTorch's `cuda:N` numbers it too."""
+        return self._ordinal
+
     def _make_current(self) -> None:
         _check(self._driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
 

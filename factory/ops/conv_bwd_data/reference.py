@@ -1,10 +1,15 @@
-"""The numpy reference of backward-data in logical order (what every family is checked against)."""
+"""The reference of backward-data in logical order (what every family is checked against): numpy, or for a
+large float problem inside a tune the same formula through PyTorch on the GPU (factory.reference_device)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from ...problem import ConvProblem
+from ...reference_device import reference_device
+from ..conv.taps import spatial_letters, tap_windows
 
 
 def reference_logical(problem: ConvProblem, dy: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -14,17 +19,41 @@ def reference_logical(problem: ConvProblem, dy: np.ndarray, w: np.ndarray) -> np
     Each tap scatters its product into a zero-padded input; inputs no tap reaches (past the last
     window, or skipped by the stride) stay zero, as the gradient of an input the forward never read.
     """
-    nd = problem.ndim
-    padded = [problem.input[d] + problem.pad[d] + problem.pad_right[d] for d in range(nd)]
-    dxp = np.zeros((problem.N, problem.G, problem.C, *padded), dtype=dy.dtype)
-    out = problem.output
-    spatial = "".join("dhw"[3 - nd + d] for d in range(nd))
-    for tap in np.ndindex(*problem.filter):
-        index = [slice(None)] * 3
-        for d in range(nd):
-            start = tap[d] * problem.dilation[d]
-            index.append(slice(start, start + (out[d] - 1) * problem.stride[d] + 1, problem.stride[d]))
-        wt = w[(slice(None), slice(None), slice(None)) + tap]  # G, K, C
-        dxp[tuple(index)] += np.einsum(f"ngk{spatial},gkc->ngc{spatial}", dy, wt, optimize=True)
-    crop = [slice(None)] * 3 + [slice(problem.pad[d], problem.pad[d] + problem.input[d]) for d in range(nd)]
-    return np.ascontiguousarray(dxp[tuple(crop)])
+    device = reference_device(problem.macs) if dy.dtype == np.float64 else None
+    if device is not None:
+        try:
+            return _on_torch(problem, dy, w, device)
+        except RuntimeError:  # out of GPU memory, say: the host computes it
+            pass
+    dxp = np.zeros(_padded_shape(problem), dtype=dy.dtype)
+    spatial = spatial_letters(problem)
+    for tap, window in tap_windows(problem):
+        wt = w[(slice(None),) * 3 + tap]  # G, K, C
+        dxp[window] += np.einsum(f"ngk{spatial},gkc->ngc{spatial}", dy, wt, optimize=True)
+    return np.ascontiguousarray(dxp[_crop(problem)])
+
+
+def _padded_shape(problem: ConvProblem) -> tuple[int, ...]:
+    padded = [problem.input[d] + problem.pad[d] + problem.pad_right[d] for d in range(problem.ndim)]
+    return (problem.N, problem.G, problem.C, *padded)
+
+
+def _crop(problem: ConvProblem) -> tuple[slice, ...]:
+    return (slice(None),) * 3 + tuple(slice(problem.pad[d], problem.pad[d] + problem.input[d])
+                                      for d in range(problem.ndim))
+
+
+def _on_torch(problem: ConvProblem, dy: np.ndarray, w: np.ndarray, device: Any) -> np.ndarray:
+    """reference_logical's formula in float64 on a torch device."""
+    import torch
+
+    dy_t = torch.from_numpy(np.ascontiguousarray(dy)).to(device)
+    w_t = torch.from_numpy(np.ascontiguousarray(w)).to(device)
+    dxp = torch.zeros(_padded_shape(problem), dtype=torch.float64, device=device)
+    spatial = spatial_letters(problem)
+    for tap, window in tap_windows(problem):
+        dxp[window] += torch.einsum(f"ngk{spatial},gkc->ngc{spatial}", dy_t, w_t[(slice(None),) * 3 + tap])
+    result = dxp[_crop(problem)].contiguous().cpu().numpy()
+    del dy_t, w_t, dxp
+    torch.cuda.empty_cache()  # the tune's candidates need the memory
+    return result

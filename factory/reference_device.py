@@ -1,0 +1,44 @@
+"""Where a large convolution reference computes: numpy on the host, or the same float64 formula through
+PyTorch on the tuner's CUDA GPU.
+
+A tune computes its reference once, on the host, in float64; for a large convolution that is most of the
+tune (measured on the H100: 24-33 s of a 50-60 s tune of a 205 MB depthwise backward-weight problem, numpy's
+einsum running one tap after another on one core). Only the tuner turns the GPU on
+(`device_references`), only for problems of at least MIN_DEVICE_MACS multiply-adds, and only where PyTorch
+with CUDA is importable; anything else, and any error there, computes in numpy, which stays the definition
+(tests/test_reference_device.py checks that the two agree).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Iterator
+
+MIN_DEVICE_MACS = 100_000_000  # below this numpy takes well under a second; importing torch would not pay
+
+_ORDINAL: contextvars.ContextVar[int | None] = contextvars.ContextVar("kfactory_reference_ordinal", default=None)
+
+
+@contextlib.contextmanager
+def device_references(ordinal: int | None) -> Iterator[None]:
+    """Within the block, large references may compute on CUDA device `ordinal` (None: on the host)."""
+    token = _ORDINAL.set(ordinal)
+    try:
+        yield
+    finally:
+        _ORDINAL.reset(token)
+
+
+def reference_device(macs: int) -> Any | None:
+    """The torch device a float64 reference of `macs` multiply-adds computes on, or None for numpy."""
+    ordinal = _ORDINAL.get()
+    if ordinal is None or macs < MIN_DEVICE_MACS:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or ordinal >= torch.cuda.device_count():
+        return None
+    return torch.device("cuda", ordinal)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import numpy as np
 
 MIN_DEVICE_MACS = 100_000_000  # below this numpy takes well under a second; importing torch would not pay
 
@@ -42,3 +44,15 @@ def reference_device(macs: int) -> Any | None:
     if not torch.cuda.is_available() or ordinal >= torch.cuda.device_count():
         return None
     return torch.device("cuda", ordinal)
+
+
+def computed_on_device(macs: int, dtype: np.dtype, compute: Callable[[Any], np.ndarray]) -> np.ndarray | None:
+    """compute(device) for a float64 reference of `macs` multiply-adds when reference_device names a device;
+    None, for numpy to compute it, otherwise or when that fails (out of GPU memory, say)."""
+    device = reference_device(macs) if dtype == np.float64 else None
+    if device is None:
+        return None
+    try:
+        return compute(device)
+    except RuntimeError:
+        return None

@@ -66,7 +66,7 @@ def test_a_torch_failure_falls_back_to_numpy(monkeypatch):
     rng = np.random.default_rng(3)
     x, dy = rng.standard_normal(problem.input_shape_logical), rng.standard_normal(problem.output_shape_logical)
     expected = bwd_weight.reference_logical(problem, x, dy)
-    monkeypatch.setattr(bwd_weight, "reference_device", lambda macs: torch.device("cpu"))
+    monkeypatch.setattr(reference_device, "reference_device", lambda macs: torch.device("cpu"))
 
     def out_of_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory")
@@ -78,7 +78,7 @@ def test_a_torch_failure_falls_back_to_numpy(monkeypatch):
 @pytest.mark.parametrize("module", [bwd_weight, bwd_data], ids=["bwd_weight", "bwd_data"])
 def test_a_reference_device_sends_float64_references_to_the_torch_path(module, monkeypatch):
     problem = parse_conv_problem(CASES[0], Layout.NGCHW, DType.FP32)
-    monkeypatch.setattr(module, "reference_device", lambda macs: torch.device("cpu"))
+    monkeypatch.setattr(reference_device, "reference_device", lambda macs: torch.device("cpu"))
     monkeypatch.setattr(module, "_on_torch", lambda *args: "from torch")
     a, b = np.zeros(problem.input_shape_logical), np.zeros(problem.output_shape_logical)
     args = (a, b) if module is bwd_weight else (b, np.zeros(problem.weight_shape_logical))

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...problem import ConvProblem
-from ...reference_device import reference_device
+from ...reference_device import computed_on_device
 from ..conv.taps import spatial_letters, tap_windows
 
 
@@ -19,12 +19,9 @@ def reference_logical(problem: ConvProblem, dy: np.ndarray, w: np.ndarray) -> np
     Each tap scatters its product into a zero-padded input; inputs no tap reaches (past the last
     window, or skipped by the stride) stay zero, as the gradient of an input the forward never read.
     """
-    device = reference_device(problem.macs) if dy.dtype == np.float64 else None
-    if device is not None:
-        try:
-            return _on_torch(problem, dy, w, device)
-        except RuntimeError:  # out of GPU memory, say: the host computes it
-            pass
+    on_device = computed_on_device(problem.macs, dy.dtype, lambda device: _on_torch(problem, dy, w, device))
+    if on_device is not None:
+        return on_device
     dxp = np.zeros(_padded_shape(problem), dtype=dy.dtype)
     spatial = spatial_letters(problem)
     for tap, window in tap_windows(problem):

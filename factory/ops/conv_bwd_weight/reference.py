@@ -8,18 +8,15 @@ from typing import Any
 import numpy as np
 
 from ...problem import ConvProblem
-from ...reference_device import reference_device
+from ...reference_device import computed_on_device
 from ..conv.taps import spatial_letters, tap_windows
 
 
 def reference_logical(problem: ConvProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """dW[g,k,c,*f] = sum_{n,o} dy[n,g,k,o] * x[n,g,c, o*stride - pad_left + f*dilation], logical orders."""
-    device = reference_device(problem.macs) if x.dtype == np.float64 else None
-    if device is not None:
-        try:
-            return _on_torch(problem, x, dy, device)
-        except RuntimeError:  # out of GPU memory, say: the host computes it
-            pass
+    on_device = computed_on_device(problem.macs, x.dtype, lambda device: _on_torch(problem, x, dy, device))
+    if on_device is not None:
+        return on_device
     xp = np.pad(x, [(0, 0)] * 3 + list(zip(problem.pad, problem.pad_right)))
     spatial = spatial_letters(problem)
     dw = np.zeros(problem.weight_shape_logical, dtype=x.dtype)

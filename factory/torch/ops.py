@@ -181,9 +181,10 @@ def _custom_op(name: str) -> Callable[[Callable[..., Any]], Any]:
 
 
 def _eager(tensor: Tensor) -> bool:
-    """A plain CUDA tensor outside any tracing, fake mode or dispatch mode: the real implementation may
-    run directly."""
-    if type(tensor) is not Tensor or not tensor.is_cuda or torch.compiler.is_compiling():
+    """A plain CUDA tensor outside any tracing, fake mode or dispatch mode, with autograd off (as inside
+    an autograd Function; a double backward must meet the op and its missing derivative): the real
+    implementation may run directly."""
+    if type(tensor) is not Tensor or not tensor.is_cuda or torch.is_grad_enabled() or torch.compiler.is_compiling():
         return False
     return _current_dispatch_mode() is None
 

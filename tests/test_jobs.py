@@ -222,6 +222,7 @@ def claim_all(url: str, worker: int, start: Any, results: Any) -> None:
             while (lease := db.jobs.claim(DEVICE, f"w{worker}", 60)) is not None:
                 claimed.append(lease.job.id)
                 db.jobs.complete(lease, DEVICE, [], {}, None, datetime.now(timezone.utc))
+                time.sleep(0.002)  # as a worker tunes between claims: on few cores one process would take all
     except BaseException as exc:  # reported to the parent
         error = f"{type(exc).__name__}: {exc}"
     results.put((worker, claimed, error))

@@ -80,6 +80,7 @@ def test_the_command_writes_json_and_markdown_and_fails_when_losses_differ(tmp_p
     (["--model", "resnext50", "--steps", "0"], "--steps must be >= 1"),
     (["--model", ","], "--model needs at least one"),
     (["--model", "resnext50", "--cuda-graph"], "--cuda-graph needs --device cuda"),
+    (["--model", "resnext50", "--tune-budget", "4"], "--tune-budget limits --tune: give both"),
     (["--model", "resnext50", "--cuda-graph", "--autocast", "fp16"], "GradScaler's step reads its overflow flag"),
 ])
 def test_bad_model_options_are_one_line_errors(extra, message, capsys, tmp_path):
@@ -152,3 +153,10 @@ def test_the_races_table_says_what_serves_each_problem_and_the_sums():
     lines = races_table([Race("a", "i", 100.0, 300.0), Race("b", "i", 200.0, 50.0)])
     assert "0.35 ms PyTorch alone, 0.15 ms served (1 of 2 problems ours)" in lines[0]
     assert lines[-3:-1] == ["| `a` | 100.0 | 300.0 | ours |", "| `b` | 200.0 | 50.0 | PyTorch |"]
+
+
+def test_a_bad_tune_budget_is_refused_by_the_parser_in_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        bench_main(["--model", "resnext50", "--tune", "--tune-budget", "x", "--device", "cpu", "--out", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "--tune-budget: budget 'x' is neither a whole number of candidates nor seconds" in capsys.readouterr().err

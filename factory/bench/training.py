@@ -337,7 +337,8 @@ def breakdown(step: Callable[[], Any], device: Any, steps: int = 3) -> Breakdown
 
 
 def run_model(config: StepConfig, device: Any, *, steps: int = 20, reps: int = 20, warmup: int = 5, seed: int = 0,
-              tune: bool = False, tune_budget: Any = None, race: bool = True, profile: bool = True, build: Callable[[StepConfig], Any] | None = None,
+              tune: bool = False, tune_budget: Any = None, race: bool = True, profile: bool = True,
+              build: Callable[[StepConfig], Any] | None = None,
               say: Callable[[str], None] = lambda line: None) -> ModelResult:
     """Time and compare one configuration; see the module's docstring. `tune` first tunes every problem
     the patched step meets (factory.torch.tune, `tune_budget` candidates or seconds each) into the default DB;

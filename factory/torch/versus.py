@@ -51,11 +51,8 @@ def race(problem: Any, kernel: Any, timer: Any, device: Any) -> Race | None:
     specs = list(solver.tensors(problem))
     tensors = make_tensors(specs, device, seed=0)
     inputs = {s.name: tensors[s.name] for s in specs if s.role is Role.INPUT}
-    make_baseline = getattr(solver, "torch_baseline", None)
-    if make_baseline is None:
-        return None
     try:
-        baseline = make_baseline(problem, inputs)
+        baseline = solver.torch_baseline(problem, inputs)
     except UnsupportedProblem:
         return None
     if baseline is None:

@@ -49,6 +49,11 @@ ROUND_REPS = 5
 MIN_STABLE_REPS = 10  # a median settles over at least this many reps
 STABLE_MEDIAN = 0.01  # ... when a round moves it by at most 1 %
 CLEARLY_SLOWER = 1.5  # fastest rep over the best median so far: not worth more reps
+# Screening: once a best median exists, a candidate first gets one probe rep (the verification run
+# has loaded and warmed it); a probe this much slower than the best ends it before any warm-up. One
+# rep is noisier than a round's fastest, hence the wider margin. Most of a large tune's candidates
+# end here, which is where its timing time went (warm-up and a first round each).
+PROBE_SLOWER = 2.0
 
 
 class Isolation(enum.Enum):
@@ -221,8 +226,13 @@ def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, 
     launch overhead does not leak into the events. With `settings.adaptive` the reps come in rounds
     of ROUND_REPS and stop early: when a round moved the median by at most STABLE_MEDIAN (after
     MIN_STABLE_REPS), or when even the fastest rep is CLEARLY_SLOWER than `best_us`, the best median
-    measured so far in this tune.
+    measured so far in this tune; before any of that, a single probe rep PROBE_SLOWER than `best_us`
+    ends the candidate (its one sample is returned).
     """
+    if settings.adaptive and best_us is not None:
+        probe = _timed_reps(backend, prepared, tensors, 1)
+        if probe[0] > PROBE_SLOWER * best_us:
+            return probe
     for _ in range(settings.warmup):
         prepared.enqueue()
     backend.synchronize()
@@ -259,6 +269,8 @@ def _timed_reps(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors
 
 
 def _iqr(samples: Sequence[float]) -> float:
+    if len(samples) < 2:
+        return 0.0  # a screened-out candidate's single probe: no spread to report
     q = statistics.quantiles(samples, n=4)
     return q[2] - q[0]
 

@@ -1,5 +1,6 @@
-"""Adaptive repetitions (tuner.time_plan): a candidate stops once its median has settled, or once even
-its fastest rep is clearly slower than the best so far; `reps` stays the most it takes."""
+"""Adaptive repetitions (tuner.time_plan): a candidate stops once its median has settled, once even
+its fastest rep is clearly slower than the best so far, or after a single probe rep far slower than
+the best; `reps` stays the most it takes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from factory.tuner import CLEARLY_SLOWER, MIN_STABLE_REPS, ROUND_REPS, TuneSettings, time_plan
+from factory.tuner import CLEARLY_SLOWER, MIN_STABLE_REPS, PROBE_SLOWER, ROUND_REPS, TuneSettings, _iqr, time_plan
 
 
 @dataclass
@@ -65,10 +66,33 @@ def test_a_noisy_kernel_takes_more_rounds_and_never_more_than_reps():
 
 
 def test_a_clearly_slower_kernel_stops_after_one_round_and_a_close_one_does_not():
-    slow = reps_taken([20.0] * 100, TuneSettings(reps=50, warmup=0), best_us=20.0 / (CLEARLY_SLOWER + 0.1))
-    assert len(slow) == ROUND_REPS
+    # Slower than CLEARLY_SLOWER but within PROBE_SLOWER: the probe passes, then one round decides.
+    best = 20.0 / (CLEARLY_SLOWER + 0.1)
+    assert 20.0 < PROBE_SLOWER * best
+    slow = reps_taken([20.0] * 100, TuneSettings(reps=50, warmup=0), best_us=best)
+    assert len(slow) == ROUND_REPS  # the probe is not kept: it ran before the warm-up
     close = reps_taken([20.0] * 100, TuneSettings(reps=50, warmup=0), best_us=20.0 / (CLEARLY_SLOWER - 0.1))
     assert len(close) == MIN_STABLE_REPS
+
+
+def test_a_far_slower_kernel_ends_after_its_probe_and_says_so_in_one_sample():
+    timeline = Timeline(iter([20.0] * 100))
+    samples = time_plan(timeline, Plan(), Tensors(), TuneSettings(reps=50, warmup=5), 20.0 / (PROBE_SLOWER + 0.1))
+    assert samples == [20.0] and timeline.reps == 1
+    assert _iqr(samples) == 0.0
+
+
+def test_a_probe_just_within_the_margin_goes_on_to_the_rounds():
+    samples = reps_taken([20.0] * 100, TuneSettings(reps=50, warmup=0), best_us=20.0 / (PROBE_SLOWER - 0.1))
+    assert len(samples) == ROUND_REPS  # past the probe, then clearly slower after one round
+
+
+def test_the_first_candidate_and_a_tune_without_adaptive_take_no_probe():
+    first = Timeline(iter([10.0] * 100))
+    time_plan(first, Plan(), Tensors(), TuneSettings(reps=50, warmup=0))
+    assert first.reps == max(MIN_STABLE_REPS, 2 * ROUND_REPS)
+    fixed = Timeline(iter([100.0] * 100))
+    assert len(time_plan(fixed, Plan(), Tensors(), TuneSettings(reps=7, warmup=0, adaptive=False), best_us=1.0)) == 7
 
 
 @pytest.mark.parametrize("reps", [1, 3, 7, 25])

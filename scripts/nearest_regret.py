@@ -5,7 +5,11 @@ the winner of the nearest other tuned problem (factory.nearest) and the heuristi
 of P was measured when P was tuned, so the time of either choice on P is in the DB: regret = that time /
 P's winner time. Problems whose choice was not measured on P (it failed there) count as unmeasured.
 
-    python scripts/nearest_regret.py bench/.../rand.db [--op conv_bwd_data]
+With --served-from OTHER.db the neighbours come from another DB instead (say the public suite and one
+random seed, tuned on the same device), and every problem of `db` (another seed) is served from it whole.
+The last line is what `select(mode=AUTO)` serves: the nearest choice where there is one, else the heuristic's.
+
+    python scripts/nearest_regret.py bench/.../rand.db [--op conv_bwd_data] [--served-from suite.db]
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ class Served:
     key: str
     nearest: float | None  # regret, None: no neighbour or not measured
     heuristic: float | None
+    neighbour: bool = False  # a nearest choice existed (its regret may still be unmeasured)
+
+    @property
+    def auto(self) -> float | None:
+        """What an untuned problem is served: the nearest choice where one exists, else the heuristic's."""
+        return self.nearest if self.neighbour else self.heuristic
 
 
 class LeaveOneOut:
@@ -40,7 +50,8 @@ class LeaveOneOut:
         return [w for w in self.db.winners(op) if w.problem_key != self.left_out]
 
 
-def regrets(db: TuningDB, op: str | None) -> list[Served]:
+def regrets(db: TuningDB, op: str | None, served_from: TuningDB | None = None) -> list[Served]:
+    """Each tuned problem of `db` served as untuned: neighbours from `served_from`, else from `db` less it."""
     rows = []
     for winner in db.winners(op):
         problem = problem_from_key(winner.problem_key)
@@ -48,9 +59,11 @@ def regrets(db: TuningDB, op: str | None) -> list[Served]:
                  if m.verified and m.median_us}
         ratio: Callable[[str | None], float | None] = (
             lambda name: times[name] / winner.median_us if name in times else None)
-        near = nearest_choice(problem, LeaveOneOut(db, winner.problem_key), winner.device)  # type: ignore[arg-type]
+        neighbours = served_from if served_from is not None else LeaveOneOut(db, winner.problem_key)
+        near = nearest_choice(problem, neighbours, winner.device)  # type: ignore[arg-type]
         guess = heuristic_pick(problem, target=target_for(winner.device))
-        rows.append(Served(winner.problem_key, ratio(near.instance.name) if near else None, ratio(guess.name)))
+        rows.append(Served(winner.problem_key, ratio(near.instance.name) if near else None, ratio(guess.name),
+                           near is not None))
     return rows
 
 
@@ -65,12 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
     parser.add_argument("--op")
+    parser.add_argument("--served-from", metavar="DB", help="take neighbours from this tuning DB instead")
     args = parser.parse_args(argv)
-    if not Path(args.db).is_file():  # opening a missing path would create an empty database there
-        print(f"{Path(sys.argv[0]).name}: {args.db}: no such tuning database", file=sys.stderr)
-        return 2
+    for path in filter(None, (args.db, args.served_from)):
+        if not Path(path).is_file():  # opening a missing path would create an empty database there
+            print(f"{Path(sys.argv[0]).name}: {path}: no such tuning database", file=sys.stderr)
+            return 2
     with TuningDB(args.db) as db:
-        rows = regrets(db, args.op)
+        if args.served_from:
+            with TuningDB(args.served_from) as other:
+                rows = regrets(db, args.op, other)
+        else:
+            rows = regrets(db, args.op)
     for r in rows:
         near = f"{r.nearest:.2f}" if r.nearest else "-"
         heur = f"{r.heuristic:.2f}" if r.heuristic else "-"
@@ -79,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"nearest served: {summary([r.nearest for r in served])}")
     print(f"heuristic on the same problems: {summary([r.heuristic for r in served if r.heuristic])}")
     print(f"heuristic on all: {summary([r.heuristic for r in rows if r.heuristic])}")
-    print(f"no servable neighbour: {len(rows) - len(served)} of {len(rows)}")
+    print(f"no servable neighbour: {len(rows) - sum(r.neighbour for r in rows)} of {len(rows)}")
+    print(f"served as untuned (nearest, else heuristic): {summary([r.auto for r in rows if r.auto])}")
     return 0
 
 

@@ -2,7 +2,7 @@
 DB), warm (binaries cached, every candidate measured again with --fresh) and warm with --host-verify (every
 candidate's outputs read back and checked in numpy), through the CLI as a user runs it.
 
-    python3 scripts/tune_timings.py [--out tune_timings.json] [--reps 25]
+    python3 scripts/tune_timings.py [--out tune_timings.json] [--reps 25] [--runs cold,warm]
 
 Prints a table (outer wall clock, the tune's own phase split, candidates measured / pruned) and writes every
 run's `tune --json` summary to --out. Needs a GPU.
@@ -35,7 +35,11 @@ CASES = (  # >= 200 candidates on >= 100 MB tensors; a dense backward-data; a la
     Case("conv_bwd_data", "NHWGC", "bf16", "N=64,G=1,C=256,K=256,input=28x28,filter=3x3,stride=1,pad=1"),
     Case("groupnorm_bwd", "NHWGC", "fp16", "N=16,C=256,G=32,input=128x128"),
 )
-RUNS = (("cold", ()), ("warm", ("--fresh",)), ("warm, host verify", ("--fresh", "--host-verify")))
+RUNS = {  # --runs name: (label, extra tune arguments)
+    "cold": ("cold", ()),
+    "warm": ("warm", ("--fresh",)),
+    "host": ("warm, host verify", ("--fresh", "--host-verify")),
+}
 
 
 def tune(case: Case, extra: tuple[str, ...], env: dict[str, str], db: Path, reps: int) -> dict:
@@ -59,13 +63,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="build/tune_timings.json")
     parser.add_argument("--reps", type=int, default=25)
+    parser.add_argument("--runs", default=",".join(RUNS),
+                        help="which runs, in order: cold, warm, host (a warm run with --host-verify)")
     args = parser.parse_args()
+    chosen = args.runs.split(",")
+    if unknown := [r for r in chosen if r not in RUNS]:
+        parser.error(f"unknown run {unknown[0]!r}: choose among {', '.join(RUNS)}")
     records = []
     for case in CASES:
         with tempfile.TemporaryDirectory() as scratch:
             env = dict(os.environ, KFACTORY_CACHE_DIR=str(Path(scratch) / "cache"))
             db = Path(scratch) / "tuning.db"
-            for label, extra in RUNS:
+            for label, extra in (RUNS[r] for r in chosen):
                 record = {"case": case.__dict__, "run": label} | tune(case, extra, env, db, args.reps)
                 records.append(record)
                 split = record.get("tune_s", {})

@@ -144,3 +144,28 @@ def test_bench_select_serves_what_each_mode_would_and_says_where_it_came_from(tm
         store(db, ASKED, own)
         assert (served_kernel(ASKED, gpu, db, Serve.NEAREST).name, served_kernel(ASKED, gpu, db, Serve.NEAREST).served) == (own, "served: tuned")
         assert gpu.timed == []  # nothing was tuned
+
+
+def _regret_script():
+    import runpy
+    from pathlib import Path
+
+    return runpy.run_path(str(Path(__file__).parent.parent / "scripts" / "nearest_regret.py"), run_name="regret")
+
+
+def test_regret_of_problems_served_from_another_db_and_what_auto_serves(tmp_path):
+    """A problem tuned in full in one DB, served as untuned from another DB's winners: the regret is the
+    served instance's stored time over the winner's; with no neighbour, `auto` is the heuristic's."""
+    guess, near_pick = heuristic_pick(ASKED).name, not_the_heuristic(NEAR)
+    assert guess != near_pick
+    script = _regret_script()
+    with TuningDB(str(tmp_path / "evaluated.sqlite")) as evaluated, TuningDB(str(tmp_path / "served.sqlite")) as served:
+        evaluated.record(ASKED.key, ASKED.op.value, DEVICE, [
+            Measurement(near_pick, 3.0, 0.1, 25, True, source_hash=code_of(near_pick)),
+            Measurement(guess, 7.5, 0.1, 25, True, source_hash=code_of(guess)),
+        ])
+        store(served, NEAR, near_pick)
+        [row] = script["regrets"](evaluated, None, served)
+        assert (row.neighbour, row.nearest, row.heuristic, row.auto) == (True, 1.0, 2.5, 1.0)
+        [alone] = script["regrets"](evaluated, None)  # left out of itself, the DB has no neighbour
+        assert (alone.neighbour, alone.nearest, alone.auto) == (False, None, 2.5)

@@ -86,7 +86,7 @@ class Budget:
 
 @dataclass(frozen=True)
 class TuneOutcome:
-    measurements: list[Measurement]  # one per candidate: measured now, or the stored one a resumed run kept
+    measurements: list[Measurement]  # one per candidate, in the prior's order: measured now, or the stored one a resumed run kept
     winner: Winner | None
     reused: int = 0  # candidates not measured again because this device already has their measurement
     pruned: int = 0  # applicable candidates a budget left unmeasured (by this run and before)
@@ -137,8 +137,11 @@ def tune_problem(
     applicable = len(candidates)
     if isinstance(budget, int):
         budget = Budget(candidates=budget)
+    # Best-ranked first, budget or not: the sooner a fast candidate is timed, the sooner the rest are
+    # screened out after one probe rep (tuner.PROBE_SLOWER) instead of a warm-up and full rounds.
+    candidates = rank_candidates(problem, candidates, target_for(device))
     if budget is not None:
-        candidates = rank_candidates(problem, candidates, target_for(device))[:budget.candidates]
+        candidates = candidates[:budget.candidates]
     code = {c.name: hash_of(c) for c in candidates}
     since = datetime.now(timezone.utc) if fresh else None
     stored = {} if fresh else _stored_measurements(db, problem, device, code)

@@ -2,7 +2,7 @@
 DB), warm (binaries cached, every candidate measured again with --fresh) and warm with --host-verify (every
 candidate's outputs read back and checked in numpy), through the CLI as a user runs it.
 
-    python3 scripts/tune_timings.py [--out tune_timings.json] [--reps 25] [--runs cold,warm]
+    python3 scripts/tune_timings.py [--out tune_timings.json] [--reps 25] [--runs cold,warm] [--ops conv_bwd_weight,...]
 
 Prints a table (outer wall clock, the tune's own phase split, candidates measured / pruned) and writes every
 run's `tune --json` summary to --out. Needs a GPU.
@@ -65,12 +65,13 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=25)
     parser.add_argument("--runs", default=",".join(RUNS),
                         help="which runs, in order: cold, warm, host (a warm run with --host-verify)")
+    parser.add_argument("--ops", default=",".join(c.op for c in CASES), help="the cases of these ops only")
     args = parser.parse_args()
     chosen = args.runs.split(",")
     if unknown := [r for r in chosen if r not in RUNS]:
         parser.error(f"unknown run {unknown[0]!r}: choose among {', '.join(RUNS)}")
     records = []
-    for case in CASES:
+    for case in (c for c in CASES if c.op in args.ops.split(",")):
         with tempfile.TemporaryDirectory() as scratch:
             env = dict(os.environ, KFACTORY_CACHE_DIR=str(Path(scratch) / "cache"))
             db = Path(scratch) / "tuning.db"

@@ -157,7 +157,8 @@ def test_an_interrupted_tune_keeps_what_it_measured_and_the_rerun_reuses_it(tmp_
         assert resumes == [(7, len(NAMES))]
         assert outcome.reused == 7
         assert sorted(gpu.timed) == sorted(set(NAMES) - set(seen) - WRONG)
-        assert [m.instance for m in outcome.measurements] == NAMES
+        assert [m.instance for m in outcome.measurements] == [c.name for c in api.rank_candidates(
+            PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]  # measured best-ranked first
         assert outcome.winner.instance == min(set(NAMES) - WRONG, key=fake_us)
         assert len(db.measurements(PROBLEM.key, DEVICE)) == len(NAMES)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -30,6 +31,22 @@ def device_references(ordinal: int | None) -> Iterator[None]:
         yield
     finally:
         _ORDINAL.reset(token)
+
+
+def prefetch(ordinal: int | None, macs: int) -> None:
+    """Start importing PyTorch and its CUDA runtime on a thread when a reference of `macs` multiply-adds on
+    device `ordinal` will want them: the import (seconds) then overlaps the drawing of the inputs."""
+    if ordinal is not None and macs >= MIN_DEVICE_MACS:
+        threading.Thread(target=_import_torch, name="kfactory-torch-import", daemon=True).start()
+
+
+def _import_torch() -> None:
+    try:
+        import torch
+
+        torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - reference_device says no device when it is asked
+        pass
 
 
 def reference_device(macs: int) -> Any | None:
@@ -56,3 +73,14 @@ def computed_on_device(macs: int, dtype: np.dtype, compute: Callable[[Any], np.n
         return compute(device)
     except RuntimeError:
         return None
+
+
+def to_device(array: np.ndarray, device: Any) -> Any:
+    """A host array as a torch tensor on `device`, in its own layout: a transposed view (a physical layout
+    seen in logical order) travels as one copy of its buffer instead of being made contiguous on the host,
+    one core at a time, first."""
+    import torch
+
+    if any(stride < 0 for stride in array.strides) or not array.flags.writeable:
+        array = np.ascontiguousarray(array) if array.flags.writeable else array.copy()
+    return torch.from_numpy(array).to(device)

@@ -36,7 +36,7 @@ from .device import DeviceTarget, target_for
 from .device_check import MAX_CHECKED_ELEMENTS, DeviceCheck
 from .ops import solver_for
 from .ops.base import Role, TensorSpec
-from .reference_device import device_references
+from .reference_device import device_references, prefetch as prefetch_torch
 from .verify import Verdict, reference_outputs, verify
 from .worker import LossKind, Worker, WorkerLost, WorkerSpec
 from tuning_db import Measurement
@@ -335,15 +335,15 @@ def tune_timed(
     on_compiled = (lambda o: progress.on_compiled(o.name, o.binary is not None)) if progress.on_compiled else None
     with CompileStream(info.backend, jobs, workers=settings.compile_workers, on_done=on_compiled) as compiles:
         specs = solver.tensors(problem)
+        min_bytes, macs = solver.traffic(problem)
+        ordinal = getattr(backend, "ordinal", None)  # None: a backend PyTorch cannot address (a test's fake GPU)
+        prefetch_torch(ordinal, macs)
         seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
         host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
         values = {name: numerics.exact_values(arr, next(s.scalar for s in specs if s.name == name))
                   for name, arr in host.items()}
-        # A large convolution's float64 reference may compute on this GPU (factory.reference_device); a
-        # backend PyTorch cannot address (a test's fake GPU) has no ordinal.
-        with device_references(getattr(backend, "ordinal", None)):
+        with device_references(ordinal):  # a large convolution's float64 reference may compute on this GPU
             ref, abs_ref = reference_outputs(solver, problem, values)
-        min_bytes, macs = solver.traffic(problem)
 
         bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
         referenced_at = time.monotonic()

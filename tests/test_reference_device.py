@@ -85,3 +85,34 @@ def test_a_reference_device_sends_float64_references_to_the_torch_path(module, m
     assert module.reference_logical(problem, *args) == "from torch"
     ints = tuple(t.astype(np.int64) for t in args)  # integer references stay exact in numpy
     assert isinstance(module.reference_logical(problem, *ints), np.ndarray)
+
+
+def test_the_torch_path_takes_transposed_views_as_they_are_laid_out():
+    """A channels-last input seen in logical order is a transposed view: it goes to the device as it is
+    laid out (reference_device.to_device) and must give what its contiguous copy gives."""
+    problem = parse_conv_problem(CASES[0], Layout.NGCHW, DType.FP32)
+    rng = np.random.default_rng(3)
+    n, g, c, h, w_ = problem.input_shape_logical
+    x_view = rng.standard_normal((n, h, w_, g, c)).transpose(0, 3, 4, 1, 2)  # NHWGC buffer, NGCHW order
+    dy = rng.standard_normal(problem.output_shape_logical)[..., ::-1].copy()[..., ::-1]  # negative strides
+    assert not x_view.flags.c_contiguous and any(s < 0 for s in dy.strides)
+    cpu = torch.device("cpu")
+    np.testing.assert_allclose(bwd_weight._on_torch(problem, x_view, dy, cpu),
+                               bwd_weight.reference_logical(problem, np.ascontiguousarray(x_view), np.ascontiguousarray(dy)),
+                               rtol=1e-12, atol=1e-12)
+    moved = reference_device.to_device(x_view, cpu)
+    assert moved.stride() != torch.from_numpy(np.ascontiguousarray(x_view)).stride()  # no host transposition
+
+
+def test_torch_is_imported_ahead_only_for_a_reference_that_will_run_on_a_device(monkeypatch):
+    import threading
+
+    calls: list[int] = []
+    monkeypatch.setattr(reference_device, "_import_torch", lambda: calls.append(1))
+    reference_device.prefetch(None, 10**12)  # no device: numpy computes
+    reference_device.prefetch(0, reference_device.MIN_DEVICE_MACS - 1)  # small: numpy computes
+    reference_device.prefetch(0, reference_device.MIN_DEVICE_MACS)
+    for thread in threading.enumerate():
+        if thread.name == "kfactory-torch-import":
+            thread.join()
+    assert calls == [1]

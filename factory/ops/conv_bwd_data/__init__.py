@@ -54,8 +54,8 @@ class ConvBwdData(ConvOp):
     def reference(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """dIn in float64 (int64 for int8, whose kernels sum exactly in int32), physical layout."""
         acc = np.int64 if problem.dtype.is_integer else np.float64
-        dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"]).astype(acc)
-        w = physical(problem, TENSORS["weight"]).to_logical(inputs["weight"]).astype(acc)
+        dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"]).astype(acc, copy=False)
+        w = physical(problem, TENSORS["weight"]).to_logical(inputs["weight"]).astype(acc, copy=False)
         dx = reference_logical(problem, dy, w)
         if problem.dtype is DType.INT8_SAT:
             dx = np.clip(dx, -128, 127)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...problem import ConvProblem
-from ...reference_device import computed_on_device
+from ...reference_device import computed_on_device, to_device
 from ..conv.taps import spatial_letters, tap_windows
 
 
@@ -44,8 +44,8 @@ def _on_torch(problem: ConvProblem, dy: np.ndarray, w: np.ndarray, device: Any) 
     """reference_logical's formula in float64 on a torch device."""
     import torch
 
-    dy_t = torch.from_numpy(np.ascontiguousarray(dy)).to(device)
-    w_t = torch.from_numpy(np.ascontiguousarray(w)).to(device)
+    dy_t = to_device(dy, device)
+    w_t = to_device(w, device)
     dxp = torch.zeros(_padded_shape(problem), dtype=torch.float64, device=device)
     spatial = spatial_letters(problem)
     for tap, window in tap_windows(problem):

@@ -97,7 +97,7 @@ class ConvBwdWeight(ConvOp):
         x = physical(problem, TENSORS["input"]).to_logical(inputs["input"])
         dy = physical(problem, TENSORS["grad_output"]).to_logical(inputs["grad_output"])
         acc = np.int64 if problem.dtype.is_integer else np.float64
-        dw = reference_logical(problem, x.astype(acc), dy.astype(acc))
+        dw = reference_logical(problem, x.astype(acc, copy=False), dy.astype(acc, copy=False))
         return physical(problem, TENSORS[OUTPUT]).from_logical(dw)
 
     def tolerance(self, dtype: DType) -> Tolerance:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...problem import ConvProblem
-from ...reference_device import computed_on_device
+from ...reference_device import computed_on_device, to_device
 from ..conv.taps import spatial_letters, tap_windows
 
 
@@ -30,8 +30,8 @@ def _on_torch(problem: ConvProblem, x: np.ndarray, dy: np.ndarray, device: Any) 
     import torch
 
     pads = [p for d in reversed(range(problem.ndim)) for p in (problem.pad[d], problem.pad_right[d])]
-    xp = torch.nn.functional.pad(torch.from_numpy(np.ascontiguousarray(x)).to(device), pads)
-    dy_t = torch.from_numpy(np.ascontiguousarray(dy)).to(device)
+    xp = torch.nn.functional.pad(to_device(x, device), pads)
+    dy_t = to_device(dy, device)
     spatial = spatial_letters(problem)
     dw = torch.zeros(problem.weight_shape_logical, dtype=torch.float64, device=device)
     for tap, window in tap_windows(problem):

@@ -58,7 +58,8 @@ def test_reference_matches_torch(problem):
 
 @pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])
 def test_reference_matches_torch_on_consistent_statistics(layout):
-    """With mean/rstd of x itself (random_inputs), dx sums to zero over each group, as it must."""
+    """With mean/rstd of x itself (random_inputs), dx sums to zero over each group, as it must: up to the
+    float32 rounding of the stored mean and rstd (2^-24 relative), so within 2^-20 of the sum of |dx|."""
     problem = GroupNormProblem(N=2, C=12, G=3, input=(5, 6), layout=layout, dtype=DType.FP32)
     inputs = {k: v.astype(np.float64) for k, v in SOLVER.random_inputs(problem, np.random.default_rng(5)).items()}
     ours = SOLVER.reference(problem, inputs)
@@ -66,7 +67,7 @@ def test_reference_matches_torch_on_consistent_statistics(layout):
     for name in ours:
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-10, atol=1e-10, err_msg=name)
     dx = gn.to_ncs(problem, ours["dx"]).reshape(problem.N, problem.G, -1)
-    np.testing.assert_allclose(dx.sum(-1), 0.0, atol=1e-6)
+    assert np.all(np.abs(dx.sum(-1)) <= 2.0**-20 * np.abs(dx).sum(-1))
 
 
 @pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])

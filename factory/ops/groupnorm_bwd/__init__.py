@@ -120,9 +120,10 @@ class GroupNormBwd(OpModule[GroupNormProblem]):
         """
         N, G, D, S = problem.N, problem.G, problem.per_group, problem.spatial
         t = problem.dtype.tensor
-        offset = rng.uniform(-1.0, 1.0, size=(N, G, 1))
-        spread = rng.uniform(0.25, 2.0, size=(N, G, 1))
-        x_groups = offset + spread * rng.uniform(-1.0, 1.0, size=(N, G, D * S))
+        offset = rng.uniform(-1.0, 1.0, size=(N, G, 1)).astype(np.float32)
+        spread = rng.uniform(0.25, 2.0, size=(N, G, 1)).astype(np.float32)
+        # float32, as the storage types are at most: a tune's 64 M-element x in a fraction of the time
+        x_groups = offset + spread * numerics.random_tensor(rng, (N, G, D * S), Scalar.F32)
         x = numerics.to_storage(from_ncs(problem, x_groups.reshape(N, problem.C, S)), t)
         exact = to_ncs(problem, numerics.exact_values(x, t)).reshape(N, G, D * S)
         mean = exact.mean(axis=-1)

@@ -387,7 +387,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         elif near is not None:
             instead = {"instance": near.instance.name, "source": "nearest", "from_problem": near.source_key,
                        "from_instance": near.source_instance, "from_us": near.source_us,
-                       "distance": round(near.distance, 3), "advice": advice}
+                       "from_shipped": near.shipped, "distance": round(near.distance, 3), "advice": advice}
         result |= {"tuned": False, "not_served": refusals, "instead": instead}
         if device_error:
             result["device_error"] = device_error
@@ -418,7 +418,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         console.print(f"shipped winner {shipped_note['instance']} not served: {why}", markup=False, highlight=False,
                       soft_wrap=True)
     if instead["source"] == "nearest":
-        console.print(f"untuned on this device; serving {instead['instance']}, the winner of the nearest tuned "
+        where = "shipped " if instead["from_shipped"] else ""
+        console.print(f"untuned on this device; serving {instead['instance']}, the winner of the nearest {where}tuned "
                       f"problem {instead['from_problem']} ({instead['from_us']:.2f} µs there); to tune it here: "
                       f"{tune_command(problem)}", markup=False, highlight=False, soft_wrap=True)
         return 0

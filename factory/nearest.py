@@ -42,6 +42,7 @@ class NearestChoice:
     source_instance: str  # the winner's own name (differs when carried over to another filter)
     source_us: float  # its time on the tuned problem
     distance: float
+    shipped: bool = False  # the tuned problem is one of the package's shipped winners, not the user's DB's
 
 
 def cell_prefix(problem_key: str) -> str:
@@ -93,13 +94,15 @@ def _class_of_key(problem_key: str) -> tuple[bool, ...] | None:
         return None  # a key this version cannot read: no neighbour
 
 
-def nearest_choice(problem: Any, db: TuningDB, device: DeviceInfo) -> NearestChoice | None:
+def nearest_choice(problem: Any, db: TuningDB, device: DeviceInfo, shipped: bool = True) -> NearestChoice | None:
     """The nearest tuned problem's winner that can serve `problem` on `device`, or None: neighbours are
-    of the same cell and problem class, within MAX_DISTANCE."""
+    of the same cell and problem class, within MAX_DISTANCE. With `shipped`, the winners shipped from an
+    identical device (factory.shipped) are neighbours too, below the DB's own for the same problem."""
     prefix, key = cell_prefix(problem.key), problem.key
     mine, kind = sizes(key), problem_class(problem)
     near: list[tuple[float, str, Winner]] = []
-    for w in db.winners(problem.op.value):
+    winners, shipped_keys = _tuned_winners(problem.op.value, db, device, shipped)
+    for w in winners:
         if not w.problem_key.startswith(prefix) or w.problem_key == key or mismatches(w.device, device):
             continue
         d = distance(mine, sizes(w.problem_key))
@@ -115,8 +118,22 @@ def nearest_choice(problem: Any, db: TuningDB, device: DeviceInfo) -> NearestCho
     for d, _, winner in sorted(near, key=lambda t: (t[0], t[1])):
         instance = _serving_instance(problem, winner, candidates)
         if instance is not None and instance.family == family:
-            return NearestChoice(instance, winner.problem_key, winner.instance, winner.median_us, d)
+            return NearestChoice(instance, winner.problem_key, winner.instance, winner.median_us, d,
+                                 winner.problem_key in shipped_keys)
     return None
+
+
+def _tuned_winners(op: str, db: TuningDB, device: DeviceInfo, shipped: bool) -> tuple[list[Winner], set[str]]:
+    """The DB's winners of `op`, and with `shipped` those shipped for problems the DB lacks; the keys of
+    the shipped ones."""
+    own = db.winners(op)
+    if not shipped:
+        return own, set()
+    from .shipped import shipped_winners  # shipped imports what this module imports: not at the top
+
+    keys = {w.problem_key for w in own}
+    extra = [w for w in shipped_winners().identical_to(device, op) if w.problem_key not in keys]
+    return own + extra, {w.problem_key for w in extra}
 
 
 def _serving_instance(problem: Any, winner: Winner, candidates: Iterable[Instance]) -> Instance | None:

@@ -114,6 +114,12 @@ class ShippedWinners:
                 best = ShippedWinner(winner, match)
         return best
 
+    def identical_to(self, device: DeviceInfo, op: str) -> list[Winner]:
+        """The winners of `op` shipped from a device identical to `device`: neighbours for an untuned
+        problem (factory.nearest) as a user's own tuned problems are."""
+        return [w for ws in self._by_key.values() for w in ws
+                if w.op == op and match_of(w.device, device) is Match.IDENTICAL]
+
     def similar_to(self, device: DeviceInfo) -> list[ShippedWinner]:
         """One winner per problem shipped from a device similar (not identical) to `device`, for
         `db verify --shipped`; problems with an identical device's winner are served as they are."""

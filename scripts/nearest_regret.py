@@ -60,7 +60,8 @@ def regrets(db: TuningDB, op: str | None, served_from: TuningDB | None = None) -
         ratio: Callable[[str | None], float | None] = (
             lambda name: times[name] / winner.median_us if name in times else None)
         neighbours = served_from if served_from is not None else LeaveOneOut(db, winner.problem_key)
-        near = nearest_choice(problem, neighbours, winner.device)  # type: ignore[arg-type]
+        # Not the package's shipped winners: they may hold the very problem (or seed) being served.
+        near = nearest_choice(problem, neighbours, winner.device, shipped=False)  # type: ignore[arg-type]
         guess = heuristic_pick(problem, target=target_for(winner.device))
         rows.append(Served(winner.problem_key, ratio(near.instance.name) if near else None, ratio(guess.name),
                            near is not None))

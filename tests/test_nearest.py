@@ -169,3 +169,50 @@ def test_regret_of_problems_served_from_another_db_and_what_auto_serves(tmp_path
         assert (row.neighbour, row.nearest, row.heuristic, row.auto) == (True, 1.0, 2.5, 1.0)
         [alone] = script["regrets"](evaluated, None)  # left out of itself, the DB has no neighbour
         assert (alone.neighbour, alone.nearest, alone.auto) == (False, None, 2.5)
+
+
+def _ship(tmp_path, monkeypatch, problem, instance: str) -> None:
+    """Ship `instance` as the winner of `problem` on DEVICE, from a DB of its own, and point the package at it."""
+    from factory.shipped import winners_document
+    from tuning_db.transfer import write_document
+
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    with TuningDB(str(tmp_path / "to_ship.sqlite")) as db:
+        store(db, problem, instance)
+        document, _ = winners_document(db, DEVICE.arch)
+    write_document(str(folder / f"{DEVICE.arch}.json"), document)
+    monkeypatch.setenv("KFACTORY_SHIPPED", str(folder))
+
+
+def test_a_shipped_winner_is_a_neighbour_below_the_users_own(tmp_path, monkeypatch):
+    shipped_pick, own_pick = not_the_heuristic(NEAR), not_the_heuristic(NEAR, skip=1)
+    _ship(tmp_path, monkeypatch, NEAR, shipped_pick)
+    with TuningDB(str(tmp_path / "user.sqlite")) as db:
+        choice = nearest_choice(ASKED, db, DEVICE)  # the user's DB is empty: the shipped neighbour serves
+        assert choice is not None and (choice.instance.name, choice.shipped) == (shipped_pick, True)
+        assert nearest_choice(ASKED, db, DEVICE, shipped=False) is None
+        store(db, NEAR, own_pick)  # the user tuned the same neighbour: theirs counts, the shipped one not
+        choice = nearest_choice(ASKED, db, DEVICE)
+        assert choice is not None and (choice.instance.name, choice.shipped) == (own_pick, False)
+
+
+def test_a_winner_shipped_from_another_device_is_no_neighbour(tmp_path, monkeypatch):
+    _ship(tmp_path, monkeypatch, NEAR, not_the_heuristic(NEAR))
+    with TuningDB(str(tmp_path / "user.sqlite")) as db:
+        assert nearest_choice(ASKED, db, dataclasses.replace(DEVICE, sm_count=114)) is None
+
+
+def test_select_auto_serves_the_nearest_shipped_winner_to_an_empty_db_and_query_says_so(tmp_path, capsys, monkeypatch):
+    shipped_pick = not_the_heuristic(NEAR)
+    _ship(tmp_path, monkeypatch, NEAR, shipped_pick)
+    path = tmp_path / "empty.sqlite"
+    with TuningDB(str(path)) as db:
+        assert select(ASKED, SelectMode.AUTO, backend=FakeGPU(ASKED), db=db).instance.name == shipped_pick
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: FakeGPU(ASKED))
+    argv = ["query", "--layout", "NHWGC", "--dtype", "fp16", "--problem", ASKED.key.split(":", 4)[4], "--db", str(path)]
+    assert cli.main(argv + ["--json"]) == 0
+    instead = json.loads(capsys.readouterr().out)["instead"]
+    assert (instead["source"], instead["instance"], instead["from_shipped"]) == ("nearest", shipped_pick, True)
+    assert cli.main(argv) == 0
+    assert f"the winner of the nearest shipped tuned problem {NEAR.key}" in capsys.readouterr().out.replace("\n", "")

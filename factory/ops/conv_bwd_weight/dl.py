@@ -97,7 +97,7 @@ class Dl(BwdWeightFamily):
     def heuristic_score(self, p: DlParams, problem: ConvProblem, target: DeviceTarget) -> float:
         blocks = _tiles(p, problem) * problem.G * p.split_k
         used = problem.K / (math.ceil(problem.K / p.block_m) * p.block_m)
-        return used + math.log2(p.vector) * 0.2 + fill_score(blocks, target) - self.reduction_penalty(p)
+        return used + math.log2(p.vector) * 0.2 + fill_score(blocks, target) - self.reduction_penalty(p, problem)
 
 
 def _tiles(p: DlParams, problem: ConvProblem) -> int:

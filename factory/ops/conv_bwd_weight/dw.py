@@ -91,7 +91,20 @@ class Dw(BwdWeightFamily):
     def heuristic_score(self, p: Any, problem: ConvProblem, target: DeviceTarget) -> float:
         blocks = lane_blocks(p, problem) * p.split_k
         score = self.base_score + (1.0 if p.threads_lane > 1 else 0.0) + math.log2(p.vector) * 0.3
-        return score + fill_score(blocks, target) - self.reduction_penalty(p)
+        if problem.C == 1 and problem.K == 1:
+            # Depthwise (dwt and dwr inherit this): a group's GEMM is 1 x taps, so the matrix families
+            # fill 1/64 of each tile. On the H100 (suite+seed21) a lane family beat the best GEMM family on all
+            # 25 depthwise problems, 1.6-8.6x on the three 3-D ones (dw), 1.9-56x on 1-D/2-D.
+            score += 1.5
+        else:
+            # Each (g, k, c) lane streams its own input and output-gradient channel, so the activations
+            # are read about C*K times over: NHWGC G=141 C=K=4, dw ran 9.7x slower than mma.
+            score -= 0.5 * math.log2(problem.C * problem.K)
+        # Splitting past the fill only adds partial sums to reduce (suite+seed21, same other params: dw split
+        # 256 2.4x slower than 64, dwt 1024 2.1x slower than 256, dwr 16 1.05x slower than 4).
+        waves = blocks / (4 * target.processors)
+        over_split = 0.1 * math.log2(waves) if p.split_k > 1 and waves > 1 else 0.0
+        return score + fill_score(blocks, target) - over_split - self.reduction_penalty(p, problem)
 
 
 def lane_blocks(p: Any, problem: ConvProblem) -> int:

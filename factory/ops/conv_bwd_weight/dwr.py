@@ -83,7 +83,9 @@ class Dwr(Dw):
     template = "conv_bwd_weight/dwr.hip.j2"
     params_type = DwrParams
     description = "depthwise 1-D/2-D with the filter, stride and dilation compiled in; outputs in registers"
-    base_score = 3.5
+    # Above dwt by more than its vector and fill terms can make up: dwr was 1.9-6.6x faster than dwt on
+    # all 18 suite+seed21 problems both computed (dwt's wider vectors had made it the pick on NHWGC 5x5, 2.4-2.9x).
+    base_score = 5.0
 
     def supported_cells(self) -> frozenset:
         return UP_TO_2D
@@ -132,3 +134,18 @@ class Dwr(Dw):
         if p.split_k > GRID_Y_LIMIT:
             return "split exceeds the grid"
         return None
+
+    def heuristic_score(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        score = super().heuristic_score(p, problem, target)
+        # Dw's fill counts blocks; threads along positions past the work items idle. NGCHW G=640 N=8 with
+        # 3x18 outputs has 216 items of 1x2 outputs but 24 of 4x8 for 256 threads: 1x2 ran 3.8x faster
+        # than 4x8 (NHWGC G=197 N=32 4x4 outputs: 3.9x).
+        busy = min(1.0, p.work_items(problem) / (p.threads_pos * p.split_k))
+        # About 8 outputs a thread: fewer re-read more input halo per output, more cost registers. The
+        # best 8-output block was the fastest on 15 of the 22 suite+seed21 problems; the best 2-output block was
+        # 1.06-5.1x slower on 20 of them, the best 32-output block 1.1-4.7x slower on 17.
+        outputs = p.rows * p.segment
+        # A register cap that fits 3 blocks an SM (min_blocks 3): 0.78x the time of min_blocks 1, geomean of
+        # 40 same-params pairs in suite+seed21 (0.48x on NHWGC 5x5 filters).
+        occupancy = 0.2 if p.min_blocks > 1 else 0.0
+        return score + 0.5 * math.log2(busy) - 0.25 * abs(math.log2(outputs / 8)) + occupancy

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType
-from ..conv.family import MFMA_TILE, WAVE_LANES, MfmaRules
+from ..conv.family import MFMA_TILE, WAVE_LANES, MfmaRules, fill_score
 from .common import ALL_CELLS
 from .mma import Mma, MmaParams, gemm_template_values
 
@@ -40,3 +40,7 @@ class Mfma(MfmaRules, Mma):
 
     def why_not_here(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         return self.bf16_refusal(problem, target) or super().why_not_here(p, problem, target)
+
+    def split_fill(self, blocks: int, target: DeviceTarget) -> float:
+        # mma's split rule was measured on the H100 only; AMD targets keep the generic fill.
+        return fill_score(blocks, target)

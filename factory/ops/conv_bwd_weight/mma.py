@@ -221,14 +221,32 @@ class Mma(BwdWeightFamily):
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         blocks = _tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile) * p.split_k
         rows, cols = _gemm_shape(p, problem)
+        # The products that count: of groups_per_tile groups side by side only the diagonal is stored, so
+        # 1/gt of a tile's work is wanted. Counting the whole tile made gt4 the pick where it ran 1.6x
+        # slower than gt1 (mma, geomean of 138 same-params pairs in suite+seed21; wgmma 1.19x).
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
-        full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
-        wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
+        used /= p.groups_per_tile
+        # Wider chunks pay at every width, not only the widest (suite+seed21, same other params, mma: vector_b 4
+        # 0.44x the time of 1, 8 0.93x of 4; vector_a 2 0.67x of 1): 0.1 a doubling, 0.3 at 16 bytes of
+        # 16-bit data as before.
+        wide = 0.1 * (math.log2(p.vector_a) + math.log2(p.vector_b))
+        # block_k 64 ran 1.25x slower than 32 (mma, 944 pairs; wgmma 1.11x, 104 pairs).
+        deep = 0.1 * math.log2(p.block_k / 32) if p.block_k > 32 else 0.0
         narrow_index = 0.2 * (p.index_bits == 32)
         # Measured on the H100 (NGCHW fp16): the transposing pass wins where filters have taps (grouped
         # 3x3: 163 vs 285 us, 132 vs 216 us) and loses on 1x1 (80 vs 52 us), whose rows chunk well.
         staged = (0.4 if problem.filter_volume > 1 else -0.4) if p.transpose else 0.0
-        return 2.0 + used + wide + narrow_index + staged + fill_score(blocks, target) - self.reduction_penalty(p)
+        return (2.0 + used + wide - deep + narrow_index + staged + self.split_fill(blocks, target)
+                - self.reduction_penalty(p, problem))
+
+    def split_fill(self, blocks: int, target: DeviceTarget) -> float:
+        """Up to 1 at two blocks an SM, then 0.2 less per doubling: past that, split-K only shortens each
+        block's reduction and multiplies the partial sums. On the H100 (suite+seed21) the winner put 0.5-3 blocks
+        on each SM on 17 of the 30 problems mma or wgmma won (fp32's 3xTF32 winners: 6-30), and splits of
+        48 ran 1.44x slower than 16 (wgmma, 256 same-params pairs; mma 96 vs 16: 1.27x, 380 pairs), which
+        fill_score (full marks from 4 to 64 blocks an SM) ranked alike."""
+        waves = blocks / (2 * target.processors)
+        return min(waves, 1.0) - (0.2 * math.log2(waves) if waves > 1 else 0.0)
 
 
 def _row_chunks_why_not(p: MmaParams, problem: ConvProblem) -> str | None:

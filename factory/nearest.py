@@ -28,9 +28,10 @@ from .problem import ConvProblem
 from .selector import UnreadableKey, code_refusal, heuristic_pick, lookup, problem_from_key
 
 MISSING_FIELD = 1.0  # distance for a size one problem spells and the other does not
-# Past this distance (about a dozen doublings of sizes) a neighbour's winner served worse than the
-# heuristic on a random set of tuned problems (scripts/nearest_regret.py; bench/NOTES.md section 21).
-MAX_DISTANCE = 12.0
+# Past this distance (about five doublings of sizes) a neighbour's winner served worse than the prior:
+# leave-one-out over the H100 backward-weight suite + seed-21 DB, neighbours at 2.3-4.4 served at 1.0-1.19x
+# the winner (the prior 1.0-1.38x), those at 5.4-11.1 at 1.6-4.7x (the prior 1.0-1.42x). bench/NOTES.md 21, 28.
+MAX_DISTANCE = 5.0
 
 
 @dataclass(frozen=True)

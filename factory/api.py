@@ -205,7 +205,9 @@ def rank_candidates(problem: Any, candidates: Sequence[Instance], target: Any) -
     the best of the first 8 is within 10 % of the winner (geomean; worst 3.1x), of the first 16 within
     2 % (worst 1.39x)."""
     solver = solver_for(problem.op)
-    return sorted(candidates, key=lambda c: (-solver.heuristic_score(c.family, c.params, problem, target), c.name))
+    # Ties go to the larger name, as in selector.heuristic_pick: the pick is the first ranked.
+    return sorted(candidates, key=lambda c: (solver.heuristic_score(c.family, c.params, problem, target), c.name),
+                  reverse=True)
 
 
 def candidate_code(problem: Any, device: Any) -> dict[str, str]:

@@ -346,3 +346,18 @@ def test_bad_time_budgets_are_one_line_errors(capsys, text):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "budget" in err[0]
+
+
+@pytest.mark.parametrize("spec,layout", [("N=64,G=8,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NGCHW),  # ties
+                                         ("N=64,G=8,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.GNHWC),  # ties
+                                         ("N=3,G=1,C=24,K=40,input=9x9,filter=1x1", Layout.NHWGC),
+                                         ("N=2,G=4,C=8,K=8,input=7x9,filter=3x3,stride=2,pad=1", Layout.NHWGC)])
+def test_the_heuristic_pick_is_the_first_candidate_a_budget_measures(spec, layout):
+    """Ties in the prior's score break the same way in both, so `--budget 1` measures the untuned pick."""
+    from factory.selector import heuristic_pick
+
+    problem = parse_conv_problem(spec, layout, DType.FP16)
+    candidates = lookup(problem, target=FAKE_TARGET)
+    ranked = api.rank_candidates(problem, candidates, FAKE_TARGET)
+    assert ranked[0] == heuristic_pick(problem, candidates, FAKE_TARGET)
+    assert sorted(c.name for c in ranked) == sorted(c.name for c in candidates)

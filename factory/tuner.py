@@ -15,6 +15,7 @@ recorded as failed and the next candidate gets a fresh worker.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import re
@@ -22,7 +23,7 @@ import statistics
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -333,7 +334,8 @@ def tune_timed(
         progress.on_stage("compile", len(todo))
     jobs = [CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)) for c in todo]
     on_compiled = (lambda o: progress.on_compiled(o.name, o.binary is not None)) if progress.on_compiled else None
-    with CompileStream(info.backend, jobs, workers=settings.compile_workers, on_done=on_compiled) as compiles:
+    with CompileStream(info.backend, jobs, workers=settings.compile_workers, on_done=on_compiled) as compiles, \
+            _launched_worker(backend, settings) as worker:
         specs = solver.tensors(problem)
         min_bytes, macs = solver.traffic(problem)
         ordinal = getattr(backend, "ordinal", None)  # None: a backend PyTorch cannot address (a test's fake GPU)
@@ -351,7 +353,7 @@ def tune_timed(
         best_us: float | None = None  # the fastest verified median so far: a candidate far above it stops early
         if progress.on_stage:
             progress.on_stage("benchmark", len(todo))
-        with _runner(backend, bench, progress) as runner:
+        with _runner(backend, bench, progress, worker) as runner:
             for cand in todo:
                 if time_budget_s is not None and measurements and time.monotonic() - started >= time_budget_s:
                     break  # the prior's first candidate is always measured: a tune answers something
@@ -412,12 +414,29 @@ class _Job:
     best_us: float | None = None  # the tune's fastest verified median so far
 
 
-def _runner(backend: Backend, bench: Bench, progress: Progress) -> "_InProcess | _Isolated":
+@contextlib.contextmanager
+def _launched_worker(backend: Backend, settings: TuneSettings) -> Iterator[Worker | None]:
+    """The tune's measuring worker, launched now: its interpreter, imports and GPU context come up while
+    the parent draws the inputs and computes the reference. None where the tune measures in-process."""
+    factory = getattr(backend, "worker_factory", None)
+    rebuild = factory() if factory is not None and settings.isolation is Isolation.SUBPROCESS else None
+    if rebuild is None:
+        yield None
+        return
+    with Worker(WorkerSpec(rebuild, _worker_init, _worker_step, None)) as worker:
+        worker.launch()
+        yield worker
+
+
+def _runner(backend: Backend, bench: Bench, progress: Progress, worker: Worker | None = None) -> "_InProcess | _Isolated":
+    if worker is not None:
+        worker.spec = replace(worker.spec, payload=bench)
+        return _Isolated(worker, bench, progress)
     factory = getattr(backend, "worker_factory", None)
     rebuild = factory() if factory is not None else None
     if bench.settings.isolation is Isolation.SUBPROCESS:
         if rebuild is not None:
-            return _Isolated(rebuild, bench, progress)
+            return _Isolated(Worker(WorkerSpec(rebuild, _worker_init, _worker_step, bench)), bench, progress)
         warnings.warn(
             f"{type(backend).__name__} cannot be rebuilt in a worker process; measuring in this process "
             "(a faulting kernel ends the tune, a hanging one hangs it)",
@@ -451,10 +470,10 @@ class _InProcess:
 class _Isolated:
     """Measure in a worker process; a candidate that takes the worker with it fails, the next gets a new one."""
 
-    def __init__(self, rebuild: Callable[[], Backend], bench: Bench, progress: Progress) -> None:
+    def __init__(self, worker: Worker, bench: Bench, progress: Progress) -> None:
         self.bench = bench
         self.progress = progress
-        self.worker = Worker(WorkerSpec(rebuild, _worker_init, _worker_step, bench))
+        self.worker = worker
         self.fastest_us: float | None = None
         self.quickest_job_s: float | None = None
 

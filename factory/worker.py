@@ -5,8 +5,9 @@ process, and one that never finishes cannot be interrupted from the host. Runnin
 child lets the parent kill it on a deadline, notice that it died, and start a fresh one.
 
 The child is started with "spawn" (a process that holds a GPU context must never fork). It builds its
-own backend with `WorkerSpec.backend_factory`, turns the payload (sent once per start) into a state
-with `init`, then answers each job with `step(state, job)`. Everything crossing the pipe is pickled,
+own backend with `WorkerSpec.backend_factory`, then turns the payload (sent once per start) into a state
+with `init`, then answers each job with `step(state, job)`. `launch` starts a child before its payload
+exists (its interpreter, imports and GPU context come up meanwhile); `start` sends the payload. Everything crossing the pipe is pickled,
 so the factory, `init`, `step`, the payload and the jobs must be importable, module-level objects.
 
 The child inherits the parent's stderr file descriptor, so driver messages and tracebacks land where
@@ -59,7 +60,7 @@ class WorkerSpec:
     backend_factory: Callable[[], Any]
     init: Callable[[Any, Any], Any]  # (backend, payload) -> state, once per start
     step: Callable[[Any, Any], Any]  # (state, job) -> reply, once per job
-    payload: Any
+    payload: Any  # may be set after `launch` (Worker.spec is replaced), not after `start`
     start_timeout_s: float = START_TIMEOUT_S
 
 
@@ -82,6 +83,7 @@ class Worker:
         self.starts = 0
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
+        self._ready = False  # the running child has its payload and state
 
     @property
     def pid(self) -> int | None:
@@ -129,6 +131,7 @@ class Worker:
         """SIGKILL the child (a kernel that never returns ignores everything else) and reap it."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
+        self._ready = False
         if process is not None:
             if process.is_alive():
                 process.kill()
@@ -148,8 +151,9 @@ class Worker:
         else:
             self.kill()
 
-    def start(self) -> None:
-        """Start the child unless it is running, and wait until it holds its state (or raise WorkerError)."""
+    def launch(self) -> None:
+        """Start the child unless it is running, without waiting: it builds its backend and then waits
+        for the payload that `start` sends."""
         if self._process is not None:
             return
         context = multiprocessing.get_context("spawn")
@@ -164,16 +168,29 @@ class Worker:
         child_end.close()  # the parent sees EOF once the child is gone
         self._process, self._conn = process, parent_end
         self.starts += 1
+
+    def start(self) -> None:
+        """Launch the child unless it is running, send its payload unless sent, and wait until it holds
+        its state (or raise WorkerError)."""
+        if self._ready:
+            return
+        self.launch()
+        process, parent_end = self._process, self._conn
+        assert process is not None and parent_end is not None
         try:
-            parent_end.send(self.spec.payload)
+            try:
+                parent_end.send(self.spec.payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the child failed before reading it: its report, if any, is read below
             ready = wait([parent_end, process.sentinel], self.spec.start_timeout_s)
             message = parent_end.recv() if parent_end in ready else None
-        except (BrokenPipeError, ConnectionResetError, EOFError):
+        except (ConnectionResetError, EOFError):
             message = None
         except BaseException:
             self.kill()
             raise
         if isinstance(message, _Ready):
+            self._ready = True
             return
         if isinstance(message, _Raised):
             self.kill()
@@ -227,8 +244,9 @@ def _child_main(conn: Connection, parent_pid: int, backend_factory: Callable[[],
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     try:
+        backend = backend_factory()  # before the payload: the parent may still be making it
         payload = conn.recv()
-        state = init(backend_factory(), payload)
+        state = init(backend, payload)
     except EOFError:
         return
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it

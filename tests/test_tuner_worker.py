@@ -439,3 +439,30 @@ def test_backend_errors_keep_the_sticky_flag_when_pickled():
     err = pickle.loads(pickle.dumps(BackendError("cuCtxSynchronize failed", sticky=True)))
     assert err.sticky is True and str(err) == "cuCtxSynchronize failed"
     assert BackendError("x").sticky is False
+
+
+def test_the_worker_is_launched_before_the_reference_is_computed(monkeypatch):
+    """Its interpreter, imports and GPU context come up while the parent computes the reference; it
+    gets its payload (the inputs and the reference) only after."""
+    seen: list[list[str]] = []
+    real = tuner.reference_outputs
+
+    def reference_outputs(*args: Any) -> Any:
+        seen.append([p.name for p in multiprocessing.active_children()])
+        return real(*args)
+
+    monkeypatch.setattr(tuner, "reference_outputs", reference_outputs)
+    ms = tune(FakeProblem(), candidates((Kind.GOOD, 2.0), (Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+    assert seen == [["kfactory-measure"]]
+    assert [(m.verified, m.median_us) for m in ms] == [(True, 2.0), (True, 1.0)]
+    assert not [p for p in multiprocessing.active_children() if p.name == "kfactory-measure"]
+
+
+def test_a_worker_launched_early_is_stopped_when_the_reference_fails(monkeypatch):
+    def fails(*_: Any) -> Any:
+        raise RuntimeError("reference failed")
+
+    monkeypatch.setattr(tuner, "reference_outputs", fails)
+    with pytest.raises(RuntimeError, match="reference failed"):
+        tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+    assert not [p for p in multiprocessing.active_children() if p.name == "kfactory-measure"]

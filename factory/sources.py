@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from .catalog import Instance
 from .codegen import render, source_hash
 
-_TEXTS_KEPT = 64  # sources are ~10-50 KB; a served Kernel needs its text once, to hit the compile cache
+# Sources are ~10-50 KB. A served Kernel needs its text once, to hit the compile cache; a tune needs every
+# candidate's twice (its hash for the DB, then its text to compile), so the cache holds a large tune's
+# candidates (257 for a depthwise problem) instead of rendering each again.
+_TEXTS_KEPT = 512
 
 
 @dataclass(frozen=True)

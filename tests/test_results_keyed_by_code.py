@@ -281,3 +281,25 @@ def test_every_catalog_instance_renders_a_distinct_hash_per_name():
     sample = all_instances()[::500]
     hashes = {hash_of(i) for i in sample}
     assert len(hashes) == len(sample)
+
+
+def test_a_large_tunes_candidates_are_rendered_once_each(monkeypatch):
+    """A tune takes each candidate's hash (for the DB) and then its text (to compile): the second must
+    come from the cache, not a second render, for a depthwise problem's 257 candidates."""
+    from collections import Counter
+
+    from factory import sources
+    from factory.problem import DType, Layout, parse_conv_problem
+    from factory.selector import lookup
+
+    problem = parse_conv_problem("N=64,G=512,C=1,K=1,input=56x56,filter=3x3,stride=1,pad=1", Layout.NHWGC, DType.FP16)
+    candidates = lookup(problem)
+    assert len(candidates) > 200
+    sources.forget()
+    renders: Counter[str] = Counter()
+    real = sources.render
+    monkeypatch.setattr(sources, "render", lambda instance: renders.update([instance.name]) or real(instance))
+    hashes = [sources.hash_of(c) for c in candidates]
+    texts = [sources.source_of(c).text for c in candidates]
+    assert len(set(hashes)) == len(texts) == len(candidates)
+    assert set(renders.values()) == {1}

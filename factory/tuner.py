@@ -428,15 +428,12 @@ def _launched_worker(backend: Backend, settings: TuneSettings) -> Iterator[Worke
         yield worker
 
 
-def _runner(backend: Backend, bench: Bench, progress: Progress, worker: Worker | None = None) -> "_InProcess | _Isolated":
+def _runner(backend: Backend, bench: Bench, progress: Progress, worker: Worker | None) -> "_InProcess | _Isolated":
+    """The worker `_launched_worker` started, given its payload; else measurement in this process."""
     if worker is not None:
         worker.spec = replace(worker.spec, payload=bench)
         return _Isolated(worker, bench, progress)
-    factory = getattr(backend, "worker_factory", None)
-    rebuild = factory() if factory is not None else None
     if bench.settings.isolation is Isolation.SUBPROCESS:
-        if rebuild is not None:
-            return _Isolated(Worker(WorkerSpec(rebuild, _worker_init, _worker_step, bench)), bench, progress)
         warnings.warn(
             f"{type(backend).__name__} cannot be rebuilt in a worker process; measuring in this process "
             "(a faulting kernel ends the tune, a hanging one hangs it)",

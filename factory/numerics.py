@@ -6,6 +6,7 @@ numpy has no bfloat16, so bf16 tensors live on the host as uint16 bit patterns.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -43,8 +44,6 @@ def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], scalar: Scal
     size = int(np.prod(shape, dtype=np.int64))
     if size <= PARALLEL_DRAW_CHUNK:
         return _draw(rng, size, scalar).reshape(shape)
-    from concurrent.futures import ThreadPoolExecutor
-
     out = np.empty(size, dtype=STORAGE[scalar])
     starts = range(0, size, PARALLEL_DRAW_CHUNK)
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import numerics
+from .array_handoff import ArrayHandoff, received
 from .backends import Backend, BackendError
 from .catalog import Instance
 from .sources import source_of
@@ -335,7 +336,7 @@ def tune_timed(
     jobs = [CompileJob(c.name, source_of(c).text, c.compile_arch(info.arch)) for c in todo]
     on_compiled = (lambda o: progress.on_compiled(o.name, o.binary is not None)) if progress.on_compiled else None
     with CompileStream(info.backend, jobs, workers=settings.compile_workers, on_done=on_compiled) as compiles, \
-            _launched_worker(backend, settings) as worker:
+            _launched_worker(backend, settings) as launched:
         specs = solver.tensors(problem)
         min_bytes, macs = solver.traffic(problem)
         ordinal = getattr(backend, "ordinal", None)  # None: a backend PyTorch cannot address (a test's fake GPU)
@@ -353,7 +354,7 @@ def tune_timed(
         best_us: float | None = None  # the fastest verified median so far: a candidate far above it stops early
         if progress.on_stage:
             progress.on_stage("benchmark", len(todo))
-        with _runner(backend, bench, progress, worker) as runner:
+        with _runner(backend, bench, progress, launched) as runner:
             for cand in todo:
                 if time_budget_s is not None and measurements and time.monotonic() - started >= time_budget_s:
                     break  # the prior's first candidate is always measured: a tune answers something
@@ -378,7 +379,8 @@ def tune_timed(
 
 @dataclass(frozen=True)
 class Bench:
-    """What measuring a candidate needs besides its binary; sent once to each worker it starts."""
+    """What measuring a candidate needs besides its binary; sent once to each worker it starts (its large
+    arrays as files in shared memory, factory.array_handoff, which the worker maps when it starts)."""
 
     solver: Any
     problem: Any
@@ -414,8 +416,14 @@ class _Job:
     best_us: float | None = None  # the tune's fastest verified median so far
 
 
+@dataclass(frozen=True)
+class _Launched:
+    worker: Worker
+    handoff: ArrayHandoff  # where its payload's large arrays go instead of the pipe
+
+
 @contextlib.contextmanager
-def _launched_worker(backend: Backend, settings: TuneSettings) -> Iterator[Worker | None]:
+def _launched_worker(backend: Backend, settings: TuneSettings) -> Iterator[_Launched | None]:
     """The tune's measuring worker, launched now: its interpreter, imports and GPU context come up while
     the parent draws the inputs and computes the reference. None where the tune measures in-process."""
     factory = getattr(backend, "worker_factory", None)
@@ -423,16 +431,18 @@ def _launched_worker(backend: Backend, settings: TuneSettings) -> Iterator[Worke
     if rebuild is None:
         yield None
         return
-    with Worker(WorkerSpec(rebuild, _worker_init, _worker_step, None)) as worker:
+    with ArrayHandoff() as handoff, Worker(WorkerSpec(rebuild, _worker_init, _worker_step, None)) as worker:
         worker.launch()
-        yield worker
+        yield _Launched(worker, handoff)
 
 
-def _runner(backend: Backend, bench: Bench, progress: Progress, worker: Worker | None) -> "_InProcess | _Isolated":
+def _runner(backend: Backend, bench: Bench, progress: Progress, launched: _Launched | None) -> "_InProcess | _Isolated":
     """The worker `_launched_worker` started, given its payload; else measurement in this process."""
-    if worker is not None:
-        worker.spec = replace(worker.spec, payload=bench)
-        return _Isolated(worker, bench, progress)
+    if launched is not None:
+        share = launched.handoff.share
+        payload = replace(bench, host=share(bench.host), ref=share(bench.ref), abs_ref=share(bench.abs_ref))
+        launched.worker.spec = replace(launched.worker.spec, payload=payload)
+        return _Isolated(launched.worker, bench, progress)
     if bench.settings.isolation is Isolation.SUBPROCESS:
         warnings.warn(
             f"{type(backend).__name__} cannot be rebuilt in a worker process; measuring in this process "
@@ -513,7 +523,9 @@ class _WorkerState:
     check: DeviceCheck | None
 
 
-def _worker_init(backend: Backend, bench: Bench) -> _WorkerState:
+def _worker_init(backend: Backend, sent: Bench) -> _WorkerState:
+    # Large arrays arrive as files in shared memory (factory.array_handoff): mapped, not copied.
+    bench = replace(sent, host=received(sent.host), ref=received(sent.ref), abs_ref=received(sent.abs_ref))
     return _WorkerState(backend, bench, DeviceTensors(backend, bench.specs, bench.host),
                         device_check_for(backend, bench))
 

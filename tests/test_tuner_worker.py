@@ -466,3 +466,27 @@ def test_a_worker_launched_early_is_stopped_when_the_reference_fails(monkeypatch
     with pytest.raises(RuntimeError, match="reference failed"):
         tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
     assert not [p for p in multiprocessing.active_children() if p.name == "kfactory-measure"]
+
+
+def test_a_tune_hands_its_worker_the_arrays_through_files(monkeypatch):
+    """With every array over the size limit, inputs, reference and error scale reach the worker as files
+    in shared memory (factory.array_handoff); the tune measures and verifies as through the pipe."""
+    from factory import array_handoff
+    from factory.array_handoff import ArrayHandoff, MappedArray
+
+    monkeypatch.setattr(array_handoff, "HANDOFF_MIN_BYTES", 0)
+    shared: list[MappedArray] = []
+    real_share = ArrayHandoff.share
+
+    def share(self: ArrayHandoff, found: Any) -> Any:
+        out = real_share(self, found)
+        shared.extend(a for a in out.values() if isinstance(a, MappedArray))
+        return out
+
+    monkeypatch.setattr(ArrayHandoff, "share", share)
+    ms = tune(FakeProblem(), candidates((Kind.GOOD, 2.0), (Kind.WRONG, 1.0)), FakeBackend(), TuneSettings(**FAST))
+    if not array_handoff.SHARED_MEMORY.is_dir():
+        pytest.skip("no /dev/shm here: the arrays went through the pipe")
+    assert len(shared) == 3  # x, the reference and the error scale of y
+    assert (ms[0].verified, ms[0].median_us) == (True, 2.0) and not ms[1].verified
+    assert not any(os.path.exists(a.path) for a in shared)  # removed once the tune ended

@@ -116,3 +116,26 @@ def test_torch_is_imported_ahead_only_for_a_reference_that_will_run_on_a_device(
         if thread.name == "kfactory-torch-import":
             thread.join()
     assert calls == [1]
+
+
+@pytest.mark.parametrize("layout", [Layout.NGCHW, Layout.NHWGC])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("magnitude", [False, True])
+def test_groupnorm_s_torch_path_computes_what_numpy_computes(layout, affine, magnitude, monkeypatch):
+    """GroupNorm's reference and error scale through PyTorch (forced on the CPU device) against numpy."""
+    from factory.ops import solver_for
+    from factory.ops.groupnorm_bwd import reference as gn_reference
+    from factory.ops.groupnorm_bwd.problem import GroupNormProblem
+
+    problem = GroupNormProblem(N=3, C=12, G=4, input=(5, 7), layout=layout, dtype=DType.FP32, affine=affine)
+    inputs = {k: v.astype(np.float64) for k, v in
+              solver_for(problem.op).random_inputs(problem, np.random.default_rng(11)).items()}
+    on_host = gn_reference.backward(problem, inputs, magnitude)
+    monkeypatch.setattr(gn_reference, "computed_on_device",
+                        lambda macs, dtype, compute: compute(torch.device("cpu")))  # no fallback can hide an error
+    on_torch = gn_reference.backward(problem, inputs, magnitude)
+    assert on_torch.keys() == on_host.keys() == ({"dx", "dgamma", "dbeta"} if affine else {"dx"})
+    for name, want in on_host.items():
+        assert on_torch[name].shape == want.shape
+        np.testing.assert_allclose(on_torch[name], want, rtol=1e-12, atol=1e-12)
+        assert np.abs(want).max() > 0

@@ -361,3 +361,26 @@ def test_the_heuristic_pick_is_the_first_candidate_a_budget_measures(spec, layou
     ranked = api.rank_candidates(problem, candidates, FAKE_TARGET)
     assert ranked[0] == heuristic_pick(problem, candidates, FAKE_TARGET)
     assert sorted(c.name for c in ranked) == sorted(c.name for c in candidates)
+
+
+def test_a_tune_commits_every_new_best_at_once_and_the_rest_in_batches(tmp_path, monkeypatch):
+    """Whenever a candidate becomes the tune's fastest, the DB's winner is already it (a killed tune
+    leaves a verified winner); measurements that cannot win go in batches, and all are stored at the end."""
+    monkeypatch.setattr(api, "STORE_BATCH", 3)
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        commits: list[int] = []
+        real_record = db.record
+        monkeypatch.setattr(db, "record", lambda key, op, device, ms: commits.append(len(ms)) or real_record(key, op, device, ms))
+        best: list[float] = []
+
+        def on_measured(m: Measurement) -> None:
+            if m.verified and m.median_us is not None and (not best or m.median_us <= best[-1]):
+                best.append(m.median_us)
+                stored = db.best(PROBLEM.key, DEVICE)
+                assert stored is not None and stored.median_us == m.median_us  # committed before it is told
+
+        outcome = api.tune_problem(PROBLEM, gpu, db, SETTINGS, api.Progress(on_measured=on_measured))
+        assert sum(commits) == len(NAMES) == len(db.measurements(PROBLEM.key, DEVICE))
+        assert len(commits) < len(NAMES) and max(commits) <= 3
+        assert outcome.winner is not None and outcome.winner.median_us == best[-1]

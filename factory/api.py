@@ -248,7 +248,8 @@ STORE_BATCH = 32  # measurements that cannot win, committed together: a transact
 
 
 @contextlib.contextmanager
-def _storing(progress: Progress, db: TuningDB, problem: Any, device: Any, code: Mapping[str, str]) -> Iterator[Progress]:
+def _storing(progress: Progress, db: TuningDB, problem: Any, device: Any,
+             code: Mapping[str, str]) -> Iterator[Progress]:
     """`progress` whose on_measured commits each measurement (and the winner it may make).
 
     A measurement that cannot win (failed, or slower than this tune's best so far, which is stored) waits

@@ -7,8 +7,9 @@ child lets the parent kill it on a deadline, notice that it died, and start a fr
 The child is started with "spawn" (a process that holds a GPU context must never fork). It builds its
 own backend with `WorkerSpec.backend_factory`, then turns the payload (sent once per start) into a state
 with `init`, then answers each job with `step(state, job)`. `launch` starts a child before its payload
-exists (its interpreter, imports and GPU context come up meanwhile); `start` sends the payload. Everything crossing the pipe is pickled,
-so the factory, `init`, `step`, the payload and the jobs must be importable, module-level objects.
+exists (its interpreter, imports and GPU context come up meanwhile); `start` sends the payload.
+Everything crossing the pipe is pickled, so the factory, `init`, `step`, the payload and the jobs must
+be importable, module-level objects.
 
 The child inherits the parent's stderr file descriptor, so driver messages and tracebacks land where
 the parent's own output does. It ignores SIGINT (Ctrl-C reaches the whole process group; the parent

@@ -117,10 +117,11 @@ def tune_problem(
     budget: int | Budget | None = None,
     finish: Finish | None = None,
 ) -> TuneOutcome:
-    """Measure every applicable instance on this GPU, storing each measurement as it is taken.
+    """Measure every applicable instance on this GPU, storing the measurements as they are taken.
 
-    Each measurement is its own short transaction that also offers it to the winner rule, so a
-    killed tune leaves the old winner or a verified new one, never half a result. A rerun on the
+    A new fastest measurement is its own short transaction that also offers it to the winner rule, so
+    a killed tune leaves the old winner or a verified new one, never half a result; the rest are
+    stored in batches (`_storing`). A rerun on the
     same device (arch, SM count, driver, compiler) continues: candidates measured there before are
     skipped and their stored measurements count (`on_resume(already, total)` is told). `fresh`
     re-measures everything and decides the winner from this run's times only. `budget` measures only

@@ -143,9 +143,33 @@ class Dwr(Dw):
         busy = min(1.0, p.work_items(problem) / (p.threads_pos * p.split_k))
         # About 8 outputs a thread: fewer re-read more input halo per output, more cost registers. The
         # best 8-output block was the fastest on 15 of the 22 suite+seed21 problems; the best 2-output block was
-        # 1.06-5.1x slower on 20 of them, the best 32-output block 1.1-4.7x slower on 17.
+        # 1.06-5.1x slower on 20 of them, the best 32-output block 1.1-4.7x slower on 17. With the halo counted
+        # below, what is left of that preference is 0.09 of log2 time per doubling away from 8 (least squares
+        # over the 670 same-params pairs of block shapes in suite+seed21, with busy and the halo).
         outputs = p.rows * p.segment
+        # Elements a thread loads per output it keeps (input window and output gradient; a block past the
+        # output's edge keeps less): 1.22x the time per doubling at equal busy (564 same-params pairs of block
+        # shapes in suite+seed21; the block with more was the slower in 69 % of 578 pairs). Counted from the
+        # fewest an endless block would load, so the family's level against dwt and dw stays.
+        halo = math.log2(loads_per_output(p, problem) / least_loads_per_output(p))
         # A register cap that fits 3 blocks an SM (min_blocks 3): 0.78x the time of min_blocks 1, geomean of
         # 40 same-params pairs in suite+seed21 (0.48x on NHWGC 5x5 filters).
         occupancy = 0.2 if p.min_blocks > 1 else 0.0
-        return score + 0.5 * math.log2(busy) - 0.25 * abs(math.log2(outputs / 8)) + occupancy
+        return score + 0.5 * math.log2(busy) - 0.1 * abs(math.log2(outputs / 8)) - 0.3 * halo + occupancy
+
+
+def loads_per_output(p: DwrParams, problem: ConvProblem) -> float:
+    """Input-window and output-gradient elements a thread loads per work item, over the outputs of the
+    item that lie inside the output (rows and columns past its edge are loaded as zeros and kept nowhere)."""
+    two_d = p.filter_h > 1
+    in_rows = (p.rows - 1) * (p.stride if two_d else 1) + (p.filter_h - 1) * (p.dilation if two_d else 1) + 1
+    in_cols = (p.segment - 1) * p.stride + (p.filter_w - 1) * p.dilation + 1
+    wo = problem.output[-1]
+    ho = problem.output[-2] if problem.ndim == 2 else 1
+    kept = ho * wo / (math.ceil(ho / p.rows) * math.ceil(wo / p.segment))
+    return (in_rows * in_cols + p.rows * p.segment) / kept
+
+
+def least_loads_per_output(p: DwrParams) -> float:
+    """loads_per_output of an endless block: one output-gradient element and the stride's input elements."""
+    return (p.stride * p.stride if p.filter_h > 1 else p.stride) + 1

@@ -3,6 +3,8 @@ computes what the numpy path computes; it is chosen only inside a tune, for larg
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,25 @@ def test_groupnorm_s_torch_path_computes_what_numpy_computes(layout, affine, mag
         assert on_torch[name].shape == want.shape
         np.testing.assert_allclose(on_torch[name], want, rtol=1e-12, atol=1e-12)
         assert np.abs(want).max() > 0
+
+
+def test_a_reference_device_sends_groupnorm_s_reference_to_the_torch_path(monkeypatch):
+    from factory.ops import solver_for
+    from factory.ops.groupnorm_bwd import reference as gn_reference
+    from factory.ops.groupnorm_bwd.problem import GroupNormProblem
+
+    problem = GroupNormProblem(N=2, C=8, G=2, input=(4, 4), layout=Layout.NHWGC, dtype=DType.FP32)
+    inputs = {k: v.astype(np.float64) for k, v in
+              solver_for(problem.op).random_inputs(problem, np.random.default_rng(1)).items()}
+    sent: list[bool] = []
+    real = gn_reference._on_torch
+
+    def on_torch(problem_: Any, operands: Any, magnitude: bool, device: Any) -> Any:
+        sent.append(magnitude)
+        return real(problem_, operands, magnitude, device)
+
+    monkeypatch.setattr(reference_device, "reference_device", lambda macs: torch.device("cpu"))
+    monkeypatch.setattr(gn_reference, "_on_torch", on_torch)
+    solver = solver_for(problem.op)
+    solver.reference(problem, inputs), solver.error_scale(problem, inputs)
+    assert sent == [False, True]

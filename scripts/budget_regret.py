@@ -14,32 +14,28 @@ whether the compiler's figures should enter the prior.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from pathlib import Path
 
 from factory.api import rank_candidates
 from factory.compile_cache import CompileJob, cached_resources
 from factory.device import target_for
 from factory.sources import source_of
 from factory.selector import lookup, problem_from_key
-from tuning_db import TuningDB
+from regret_common import best_of_first, summary, tuned_db
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
-    parser.add_argument("--budgets", default="1,2,4,8,16,32")
+    parser.add_argument("--budgets", type=_budgets, default="1,2,4,8,16,32",
+                        help="comma-separated candidate counts (default 1,2,4,8,16,32)")
     parser.add_argument("--spills-last", action="store_true", help="rank spilling candidates after the others")
     args = parser.parse_args(argv)
-    if not Path(args.db).is_file():  # opening a missing path would create an empty database there
-        print(f"{Path(sys.argv[0]).name}: {args.db}: no such tuning database", file=sys.stderr)
-        return 2
-    budgets = [int(b) for b in args.budgets.split(",")]
+    budgets: list[int] = args.budgets
     regrets: dict[int, list[float]] = {k: [] for k in budgets}
     missing = {k: 0 for k in budgets}
     sizes = []
-    with TuningDB(args.db) as db:
+    with tuned_db(args.db) as db:
         for winner in db.winners():
             problem = problem_from_key(winner.problem_key)
             target = target_for(winner.device)
@@ -52,18 +48,28 @@ def main(argv: list[str] | None = None) -> int:
             best = min(times.values())  # the best stored time (the winner, unless the DB lost a later row)
             sizes.append(len(ranked))
             for k in budgets:
-                top = [times[c.name] for c in ranked[:k] if c.name in times]
-                if top:
-                    regrets[k].append(min(top) / best)
+                found = best_of_first((c.name for c in ranked), times, k)
+                if found is not None:
+                    regrets[k].append(found / best)
                 else:
                     missing[k] += 1
+    if not sizes:
+        print(f"{args.db}: no tuned problem")
+        return 0
     print(f"{len(sizes)} problems, {sorted(sizes)[len(sizes) // 2]} candidates each (median), {max(sizes)} at most")
     for k in budgets:
-        v = regrets[k]
-        geomean = math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
-        print(f"budget {k:3d}: geomean regret {geomean:.3f}, worst {max(v, default=float('nan')):.2f}, "
-              f"no verified candidate among them: {missing[k]}")
+        print(f"budget {k:3d}: {summary(regrets[k])}; no verified candidate among them: {missing[k]}")
     return 0
+
+
+def _budgets(text: str) -> list[int]:
+    try:
+        budgets = [int(b) for b in text.split(",")]
+    except ValueError:
+        budgets = []
+    if not budgets or min(budgets) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers of candidates, each >= 1")
+    return budgets
 
 
 def spills(candidate, device) -> bool:

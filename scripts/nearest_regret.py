@@ -15,15 +15,14 @@ The last line is what `select(mode=AUTO)` serves: the nearest choice where there
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
 from factory.device import target_for
 from factory.nearest import nearest_choice
 from factory.selector import heuristic_pick, problem_from_key
+from regret_common import summary, tuned_db
 from tuning_db import TuningDB
 
 
@@ -68,26 +67,15 @@ def regrets(db: TuningDB, op: str | None, served_from: TuningDB | None = None) -
     return rows
 
 
-def summary(values: list[float]) -> str:
-    if not values:
-        return "none"
-    geomean = math.exp(sum(math.log(v) for v in values) / len(values))
-    return f"{len(values)} problems, geomean {geomean:.3f}, worst {max(values):.2f}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
     parser.add_argument("--op")
     parser.add_argument("--served-from", metavar="DB", help="take neighbours from this tuning DB instead")
     args = parser.parse_args(argv)
-    for path in filter(None, (args.db, args.served_from)):
-        if not Path(path).is_file():  # opening a missing path would create an empty database there
-            print(f"{Path(sys.argv[0]).name}: {path}: no such tuning database", file=sys.stderr)
-            return 2
-    with TuningDB(args.db) as db:
+    with tuned_db(args.db) as db:
         if args.served_from:
-            with TuningDB(args.served_from) as other:
+            with tuned_db(args.served_from) as other:
                 rows = regrets(db, args.op, other)
         else:
             rows = regrets(db, args.op)

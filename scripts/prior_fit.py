@@ -18,27 +18,21 @@ Open copies of the databases: TuningDB may write to a file it opens.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from pathlib import Path
 
 from factory.api import rank_candidates
 from factory.device import target_for
 from factory.ops import solver_for
 from factory.selector import heuristic_pick, lookup, problem_from_key
-from tuning_db import TuningDB
+from regret_common import best_of_first, summary, tuned_db
 
 BUDGETS = (1, 4, 8)
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def fit(path: str, show_rows: bool) -> dict[str, list[float]]:
     """Per-problem regrets of the heuristic pick ("pick") and of each budget ("top1", "top4", ...)."""
     regrets: dict[str, list[float]] = {"pick": [], **{f"top{k}": [] for k in BUDGETS}}
-    with TuningDB(path) as db:
+    with tuned_db(path) as db:
         for winner in db.winners():
             problem = problem_from_key(winner.problem_key)
             target = target_for(winner.device)
@@ -53,8 +47,9 @@ def fit(path: str, show_rows: bool) -> dict[str, list[float]]:
             ranked = [c for c in rank_candidates(problem, candidates, target) if c.name in measured]
             best = min(measured.values())  # as scripts/budget_regret.py: against the best stored time
             for k in BUDGETS:
-                if ranked[:k]:
-                    regrets[f"top{k}"].append(min(measured[c.name] for c in ranked[:k]) / best)
+                found = best_of_first((c.name for c in ranked), measured, k)
+                if found is not None:
+                    regrets[f"top{k}"].append(found / best)
             if show_rows:
                 win = by_name.get(winner.instance)
                 score = solver.heuristic_score(pick.family, pick.params, problem, target)
@@ -67,11 +62,9 @@ def fit(path: str, show_rows: bool) -> dict[str, list[float]]:
 
 
 def report(name: str, regrets: dict[str, list[float]]) -> None:
-    pick = regrets["pick"]
-    print(f"{name}: heuristic pick: {len(pick)} problems, geomean {geomean(pick):.3f}, worst {max(pick):.2f}")
+    print(f"{name}: heuristic pick: {summary(regrets['pick'])}")
     for k in BUDGETS:
-        v = regrets[f"top{k}"]
-        print(f"{name}: top-{k} regret: geomean {geomean(v):.3f}, worst {max(v):.2f}")
+        print(f"{name}: top-{k} regret: {summary(regrets[f'top{k}'])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,10 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", choices=("train", "test", "both", "none"), default="train",
                         help="whose per-problem rows to print (default: train only)")
     args = parser.parse_args(argv)
-    for path in filter(None, (args.train, args.test)):
-        if not Path(path).is_file():  # opening a missing path would create an empty database there
-            print(f"{Path(sys.argv[0]).name}: {path}: no such tuning database", file=sys.stderr)
-            return 2
     results = [("train", fit(args.train, args.rows in ("train", "both")))]
     if args.test:
         results.append(("test", fit(args.test, args.rows in ("test", "both"))))

@@ -146,19 +146,21 @@ def test_bench_select_serves_what_each_mode_would_and_says_where_it_came_from(tm
         assert gpu.timed == []  # nothing was tuned
 
 
-def _regret_script():
+def _regret_script(monkeypatch):
     import runpy
     from pathlib import Path
 
-    return runpy.run_path(str(Path(__file__).parent.parent / "scripts" / "nearest_regret.py"), run_name="regret")
+    scripts = Path(__file__).parent.parent / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))  # as `python scripts/nearest_regret.py` has it
+    return runpy.run_path(str(scripts / "nearest_regret.py"), run_name="regret")
 
 
-def test_regret_of_problems_served_from_another_db_and_what_auto_serves(tmp_path):
+def test_regret_of_problems_served_from_another_db_and_what_auto_serves(tmp_path, monkeypatch):
     """A problem tuned in full in one DB, served as untuned from another DB's winners: the regret is the
     served instance's stored time over the winner's; with no neighbour, `auto` is the heuristic's."""
     guess, near_pick = heuristic_pick(ASKED).name, not_the_heuristic(NEAR)
     assert guess != near_pick
-    script = _regret_script()
+    script = _regret_script(monkeypatch)
     with TuningDB(str(tmp_path / "evaluated.sqlite")) as evaluated, TuningDB(str(tmp_path / "served.sqlite")) as served:
         evaluated.record(ASKED.key, ASKED.op.value, DEVICE, [
             Measurement(near_pick, 3.0, 0.1, 25, True, source_hash=code_of(near_pick)),
@@ -216,3 +218,24 @@ def test_select_auto_serves_the_nearest_shipped_winner_to_an_empty_db_and_query_
     assert (instead["source"], instead["instance"], instead["from_shipped"]) == ("nearest", shipped_pick, True)
     assert cli.main(argv) == 0
     assert f"the winner of the nearest shipped tuned problem {NEAR.key}" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_the_regret_scripts_refuse_a_missing_db_or_a_file_that_is_no_db_in_one_line(tmp_path, monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).parent.parent / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("not a database")
+    for script, args in (("budget_regret.py", [str(tmp_path / "missing.db")]),
+                         ("nearest_regret.py", [str(not_a_db)]),
+                         ("prior_fit.py", ["--train", str(not_a_db)])):
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(str(scripts / script), run_name="__main__")
+        err = capsys.readouterr().err.strip()
+        assert ended.value.code == 2 and len(err.splitlines()) == 1, (script, err)
+        assert "no such tuning database" in err or "not an SQLite database" in err
+    assert not (tmp_path / "missing.db").exists()

@@ -1,0 +1,45 @@
+"""What the regret scripts (budget_regret.py, nearest_regret.py, prior_fit.py) share: opening a tuning DB
+tuned in full, and summing regrets up."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Iterable, Mapping, NoReturn
+
+from tuning_db import TuningDB, TuningDBError
+
+
+def tuned_db(path: str) -> TuningDB:
+    """The DB at `path`; a missing path (opening it would create an empty DB there) or a file that is not
+    a tuning DB ends the script with one line on stderr, exit 2."""
+    if not Path(path).is_file():
+        _fail(f"{path}: no such tuning database")
+    try:
+        return TuningDB(path)
+    except TuningDBError as exc:
+        _fail(" ".join(str(exc).split()))
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summary(values: list[float]) -> str:
+    """`N problems, geomean G, worst W`, or `none`."""
+    if not values:
+        return "none"
+    return f"{len(values)} problems, geomean {geomean(values):.3f}, worst {max(values):.2f}"
+
+
+def best_of_first(ranked: Iterable[str], times: Mapping[str, float], k: int) -> float | None:
+    """The best time among the first k of `ranked` (names) that have one, as `tune --budget k` would find;
+    None when none of them verified."""
+    found = [times[name] for name in list(ranked)[:k] if name in times]
+    return min(found) if found else None

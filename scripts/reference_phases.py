@@ -22,6 +22,7 @@ def main() -> int:
 
     from factory import numerics
     from factory.ops import solver_for
+    from factory.problem import KernelFactoryError
     from factory.reference_device import device_references
     from factory.selector import problem_from_key
     from factory.tuner import problem_inputs
@@ -32,6 +33,11 @@ def main() -> int:
         return now
 
     t = lap("imports", started)
+    try:
+        problem = problem_from_key(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
+    except KernelFactoryError as exc:
+        print(f"reference_phases.py: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
@@ -39,7 +45,6 @@ def main() -> int:
         return 2
     torch.cuda.init()
     t = lap("torch import+init", t)
-    problem = problem_from_key(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
     solver = solver_for(problem.op)
     specs = solver.tensors(problem)
     host = problem_inputs(solver, problem, specs, np.random.default_rng(1))

@@ -70,6 +70,14 @@ def main() -> int:
     chosen = args.runs.split(",")
     if unknown := [r for r in chosen if r not in RUNS]:
         parser.error(f"unknown run {unknown[0]!r}: choose among {', '.join(RUNS)}")
+    ops = {c.op for c in CASES}
+    if unknown := [o for o in args.ops.split(",") if o not in ops]:
+        parser.error(f"no case of op {unknown[0]!r}: choose among {', '.join(sorted(ops))}")
+    try:  # before the first tune, not after it: its record would be lost
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).touch()
+    except OSError as exc:
+        parser.error(f"--out {args.out}: cannot write there ({exc.strerror})")
     records = []
     for case in (c for c in CASES if c.op in args.ops.split(",")):
         with tempfile.TemporaryDirectory() as scratch:

@@ -14,6 +14,8 @@ import factory.shipped
 from factory import api, cli
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.recheck import describe_shipped, retime_shipped
+from factory.device import target_for
+from factory.selector import problem_from_key, serving_refusals
 from factory.shipped import Match, ShippedWinners, lookup_shipped, match_of, winners_document
 from fake_gpu import DEVICE, SETTINGS, FakeGPU, isolate
 from tuning_db import TuningDB
@@ -182,3 +184,19 @@ def test_the_ship_script_writes_a_file_the_loader_reads_and_refuses_a_missing_db
     assert run("--db", str(tmp_path / "missing.sqlite"), "--arch", "sm_90", "--out", str(out)) == 2
     assert "no such tuning database" in capsys.readouterr().err
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_every_winner_the_package_ships_is_servable_with_today_s_code(monkeypatch):
+    """A template or catalog edit that changes a shipped winner's source (or drops its instance) silently
+    turns it off; this says which ones, so the file is rebuilt (scripts/ship_winners.py) or the edit
+    reconsidered."""
+    monkeypatch.delenv("KFACTORY_SHIPPED", raising=False)
+    factory.shipped._loaded.clear()
+    winners = [w for ws in factory.shipped.shipped_winners()._by_key.values() for w in ws]
+    assert winners, "the package ships no winners"
+    stale = []
+    for winner in winners:
+        refusals = serving_refusals(problem_from_key(winner.problem_key), winner, None, target_for(winner.device))
+        if refusals:
+            stale.append(f"{winner.problem_key}: {refusals[0].message}")
+    assert stale == [], f"{len(stale)} of {len(winners)} shipped winners are no longer served:\n" + "\n".join(stale[:10])

@@ -13,14 +13,17 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import Layout
 from ..base import I32, Launch, LaunchPlan
+from . import cost
 from .common import CELLS, GroupNormFamily, gn_args
 from .problem import GroupNormProblem
 
 FINISH_THREADS = 256  # per-sample span: threads per block of the dgamma/dbeta launch
 GROUP_ROW_CAP = 1024  # (n, c) rows of one group whose sums a block keeps in shared memory
+GROUP_SHARED_BYTES = 3 * GROUP_ROW_CAP * 8  # kf_group's part, sums and coef: a float pair per row each
 GROUP_ELEMENT_CAP = 1 << 18  # elements of one group (N*D*S) one block streams at most
-GROUP_SMALL_BYTES = 8 << 20  # the heuristic's guess: below this per tensor, one launch per problem wins
 GROUP_CELLS = frozenset(cell for cell in CELLS if cell[0] is Layout.NGCHW)  # a group's rows are contiguous
+# The heuristic (cost.py): a block's fixed time between its sums and its dx (barriers, its rows' coefficients).
+BLOCK_PHASES_US = 0.5
 
 
 class Span(enum.Enum):
@@ -102,9 +105,34 @@ class Group(GroupNormFamily):
         return LaunchPlan(tuple(steps), 4 * 2 * N * C if problem.affine else 0)
 
     def heuristic_score(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> float:
-        """Small problems: one launch beats three; large ones need the whole GPU."""
-        load_bytes = params.vector * problem.dtype.tensor.nbytes
-        small = problem.numel * problem.dtype.tensor.nbytes <= GROUP_SMALL_BYTES
-        spread = 0.2 if (params.span is Span.PER_SAMPLE) == (problem.N > 1) else 0.0  # more blocks
-        return ((4.0 if small else 0.0) + spread + math.log2(load_bytes) * 0.3
-                - 0.05 * abs(math.log2(params.threads / 512)))
+        return cost.score(self.estimate_us(params, problem, target))
+
+    def estimate_us(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> float:
+        """Microseconds: one launch (two for per_sample's dgamma/dbeta), then the waves of blocks, each warp
+        walking its segments twice (sums, dx) a trip at a time, or the traffic, whichever binds.
+
+        Register-limited residency decides the waves where blocks are many (H100 suite+seed21, fp32 N=64 C=256
+        10x10, 2048 blocks: per_sample t256 u1 24 us, t512 u1 30, t512 u4 58); one block per group leaves SMs
+        idle and wants every warp streaming (per_group, 15 problems: t1024 u4 1.02x the best, t256 u1 1.77x)."""
+        per_sample = params.span is Span.PER_SAMPLE
+        blocks = problem.N * problem.G if per_sample else problem.G
+        rows = problem.per_group * (1 if per_sample else problem.N)
+        segs, seg_len = group_segments(params, problem)
+        per_warp = math.ceil(rows * segs / (params.threads // 32))
+        trips = math.ceil(math.ceil(seg_len / (32 * params.vector)) / params.unroll)
+        resident = cost.resident_blocks(params.threads, group_registers(params), target, GROUP_SHARED_BYTES)
+        waves = cost.waves(blocks, resident, target)
+        latency = waves * (2 * per_warp * trips * cost.LATENCY_US + BLOCK_PHASES_US)
+        tensor = problem.numel * problem.dtype.tensor.nbytes
+        # x, dy, dx once; the dx half re-reads a block's x and dy, from L2 while the resident blocks' fit
+        working = min(blocks, target.processors * resident) * 2 * rows * problem.spatial * problem.dtype.tensor.nbytes
+        missed = 2 * tensor * max(0.0, 1 - cost.L2_BYTES / working)
+        traffic = cost.memory_us(3 * tensor + missed, blocks, target)
+        kernels = 2 if per_sample and problem.affine else 1
+        return cost.launch_us(kernels) + cost.bound_us(latency, traffic)
+
+
+def group_registers(params: GroupParams) -> int:
+    """Registers per thread of kf_group as ptxas -v (NVRTC, sm_90) reports them: 32 at unroll 1, 32-64 at 2
+    and 40-78 at 4 (the loads in flight): 48 and 64 here."""
+    return 32 if params.unroll == 1 else min(64, 32 + 8 * params.unroll)

@@ -8,6 +8,7 @@ sized to fill the device (`geometry`); the per-(n, c) or per-(n, g) sums meet in
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from abc import abstractmethod
@@ -17,10 +18,26 @@ from typing import Any
 from ...device import DEFAULT_TARGET, DeviceTarget
 from ...problem import Layout
 from ..base import I32, Launch, LaunchPlan, Memset, Struct
+from . import cost
 from .common import INT32_LIMIT, GroupNormFamily, gn_args
 from .problem import GroupNormProblem
 
 FINISH_BLOCK = (32, 8, 1)  # twostage finishing kernel: one 32-lane row per (n, g) or 32 channels per block
+
+# The heuristic's costs of meeting the sums (see cost.py for the rest of its time model).
+# Same-address fp32 atomics into one (n, g) accumulator serialise, each waiting on the last: each block adds
+# D channels' sums, D*splits in all. H100 suite+seed21, atomic / twostage time of the same tiles: 0.95x under
+# 128 adds (419 pairs), 3.6x at 512-4096 (slower in 44 pairs of 44; +45 us at 950 adds, +91 us at 1296).
+# Not discounted by the pass's own time: a large NHWGC problem's many splits queue all the same (fp32 C=160
+# G=8, 7220 adds: atomic 1.8x twostage's 80 us).
+ATOMIC_FREE_ADDS = 128  # what an accumulator absorbs while the blocks stream
+ATOMIC_US = 0.05  # each add beyond ATOMIC_FREE_ADDS
+# kf_finish's 32-lane rows walk D*splits partial sums per (n, g), its 8-row blocks N*splits per channel, one
+# L2 round trip a step: NHWGC fp32 C=160 G=8 twostage went from 80 to 175 us as splits grew from 361 to 1442.
+FINISH_STEP_US = 0.1
+# Waves that give the same grid as waves=1 launch the same kernels (427 such pairs: 1.01x the time of w1):
+# ranked just after it, so a tuning budget reaches distinct candidates first.
+SAME_GRID_PENALTY = 0.05
 
 
 class Finish(enum.Enum):
@@ -170,15 +187,50 @@ class StreamFamily(GroupNormFamily):
                stream: Any) -> list:
         """The steps before the dx pass; `args` are every streaming kernel's (gn_args, tiles_args)."""
 
+    # --- the heuristic (cost.py) -----------------------------------------------------------------------
+    @abstractmethod
+    def sums_us(self, params: Any, problem: GroupNormProblem, geo: Geometry, pass_us: float) -> float:
+        """Everything before the dx pass, launches included, given one sums pass's streaming time."""
+
     def heuristic_score(self, params: Any, problem: GroupNormProblem, target: DeviceTarget) -> float:
         geo = geometry(params, problem, target)
-        fill = min(geo.blocks * geo.lanes * geo.rows / target.resident_threads, 1.0)
-        load_bytes = params.vector * problem.dtype.tensor.nbytes
-        in_flight = min(params.unroll * load_bytes / 32, 1.0)  # >= 2 wide loads per tensor in flight
-        score = (2.0 if self.fused else 0.0) + math.log2(load_bytes) * 0.3 + in_flight + fill
-        if self.fused and params.finish is Finish.ATOMIC:
-            score += 0.1  # one launch fewer than twostage
-        return score - 0.05 * abs(math.log2(params.waves / 2)) - (0.05 if params.threads != 256 else 0.0)
+        score = cost.score(self.estimate_us(params, problem, target, geo))
+        if params.waves != 1 and geo == geometry(dataclasses.replace(params, waves=1), problem, target):
+            score -= SAME_GRID_PENALTY
+        return score
+
+    def estimate_us(self, params: Any, problem: GroupNormProblem, target: DeviceTarget, geo: Geometry) -> float:
+        """Microseconds: the sums (sums_us) and the dx pass, each bound by its trips or its traffic."""
+        resident = cost.resident_blocks(geo.lanes * geo.rows, stream_registers(params, problem), target)
+        chain = cost.waves(geo.blocks, resident, target) * math.ceil(geo.chunk / trip(params, geo, problem))
+        latency = chain * cost.LATENCY_US
+        tensor = problem.numel * problem.dtype.tensor.nbytes
+        sums = cost.bound_us(latency, cost.memory_us(2 * tensor, geo.blocks, target))
+        missed = 2 * tensor * max(0.0, 1 - cost.L2_BYTES / (2 * tensor))  # x, dy the dx pass finds in DRAM
+        dx = cost.bound_us(latency, cost.memory_us(tensor + missed, geo.blocks, target))
+        return self.sums_us(params, problem, geo, sums) + dx
+
+
+def trip(params: StreamParams, geo: Geometry, problem: GroupNormProblem) -> int:
+    """Elements of a row (NGCHW) or spatial rows (NHWGC) one trip of a block covers: a chunk takes chunk/trip."""
+    if problem.layout is Layout.NHWGC:
+        return geo.rows * params.unroll
+    return geo.lanes * params.vector * params.unroll
+
+
+def stream_registers(params: StreamParams, problem: GroupNormProblem) -> int:
+    """Registers per thread of kf_stats and kf_dx, as ptxas -v (NVRTC, sm_90) reports them: 32 up to 16 bytes
+    of each tensor in flight, then a register per 2 bytes (NGCHW bf16 v8 u4: 57-62); NHWGC keeps a sum pair
+    and a mean per channel of the vector too (v4 u2 40, v4 u4 48-51, v8 u2 61-64, v8 u4 76-81)."""
+    in_flight = params.vector * params.unroll * problem.dtype.tensor.nbytes
+    if problem.layout is Layout.NHWGC:
+        return 24 + 3 * params.vector + in_flight // 2
+    return max(32, 24 + in_flight // 2)
+
+
+def contention_us(problem: GroupNormProblem, geo: Geometry) -> float:
+    """What the per-(n, g) atomics add by queueing on one address."""
+    return ATOMIC_US * max(0, problem.per_group * geo.splits - ATOMIC_FREE_ADDS)
 
 
 class ThreePass(StreamFamily):
@@ -193,6 +245,10 @@ class ThreePass(StreamFamily):
         if problem.affine:
             steps.append(stream("kf_channel"))
         return steps + [stream("kf_group")]
+
+    def sums_us(self, params: Any, problem: GroupNormProblem, geo: Geometry, pass_us: float) -> float:
+        passes = 2 if problem.affine else 1  # kf_channel, kf_group
+        return cost.launch_us(passes + 1, memsets=1) + passes * pass_us + contention_us(problem, geo)
 
 
 class Fused(StreamFamily):
@@ -210,3 +266,11 @@ class Fused(StreamFamily):
             blocks += math.ceil(problem.C / FINISH_BLOCK[0])
         finish = Launch("kf_finish", (blocks, 1, 1), FINISH_BLOCK, args)
         return [stream("kf_stats"), finish]
+
+    def sums_us(self, params: FusedParams, problem: GroupNormProblem, geo: Geometry, pass_us: float) -> float:
+        if params.finish is Finish.ATOMIC:
+            return cost.launch_us(2, memsets=1) + pass_us + contention_us(problem, geo)
+        steps = math.ceil(problem.per_group * geo.splits / FINISH_BLOCK[0])
+        if problem.affine:
+            steps += math.ceil(problem.N * geo.splits / FINISH_BLOCK[1])
+        return cost.launch_us(3) + pass_us + FINISH_STEP_US * steps

@@ -5,7 +5,8 @@ stage of the network). Their winners are better guesses than the heuristic's pri
 dtype and rank, recorded on exactly this device, measured on today's code, and applicable to the asked
 problem. Nearness is a distance over the logarithms of the problems' sizes (N, channels, spatial sizes,
 filter, ...), so a batch twice as large counts as much as a spatial size twice as large; a neighbour
-must also be of the same class (depthwise, dense, pointwise, strided) and within MAX_DISTANCE. A winner of a
+must also be of the same class (depthwise, dense, pointwise, strided) and within the op's reach
+(`nearest_reach`: how far a neighbour's winner still beats the op's prior, measured per op). A winner of a
 family that compiles the problem's shape in (a filter, a stride) is carried over as the same tuning
 point specialized for the asked problem.
 """
@@ -28,10 +29,6 @@ from .problem import ConvProblem
 from .selector import UnreadableKey, code_refusal, heuristic_pick, lookup, problem_from_key
 
 MISSING_FIELD = 1.0  # distance for a size one problem spells and the other does not
-# Past this distance (about five doublings of sizes) a neighbour's winner served worse than the prior:
-# leave-one-out over the H100 backward-weight suite + seed-21 DB, neighbours at 2.3-4.4 served at 1.0-1.19x
-# the winner (the prior 1.0-1.38x), those at 5.4-11.1 at 1.6-4.7x (the prior 1.0-1.42x). bench/NOTES.md 21, 28.
-MAX_DISTANCE = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,17 +94,18 @@ def _class_of_key(problem_key: str) -> tuple[bool, ...] | None:
 
 def nearest_choice(problem: Any, db: TuningDB, device: DeviceInfo, shipped: bool = True) -> NearestChoice | None:
     """The nearest tuned problem's winner that can serve `problem` on `device`, or None: neighbours are
-    of the same cell and problem class, within MAX_DISTANCE. With `shipped`, the winners shipped from an
+    of the same cell and problem class, within the op's `nearest_reach`. With `shipped`, the winners shipped from an
     identical device (factory.shipped) are neighbours too, below the DB's own for the same problem."""
     prefix, key = cell_prefix(problem.key), problem.key
     mine, kind = sizes(key), problem_class(problem)
+    reach = solver_for(problem.op).nearest_reach
     near: list[tuple[float, str, Winner]] = []
     winners, shipped_keys = _tuned_winners(problem.op.value, db, device, shipped)
     for w in winners:
         if not w.problem_key.startswith(prefix) or w.problem_key == key or mismatches(w.device, device):
             continue
         d = distance(mine, sizes(w.problem_key))
-        if d <= MAX_DISTANCE and _class_of_key(w.problem_key) == kind:
+        if d <= reach and _class_of_key(w.problem_key) == kind:
             near.append((d, w.problem_key, w))
     if not near:
         return None

@@ -94,6 +94,26 @@ def test_a_neighbour_of_another_class_or_family_or_too_far_is_no_neighbour(tmp_p
         assert nearest_choice(ASKED, db, DEVICE) is None
 
 
+def test_each_op_has_its_own_reach_the_distance_its_neighbours_still_beat_its_prior(tmp_path, monkeypatch):
+    """GroupNorm's prior is a time model that neighbours two doublings away served worse than: its reach
+    is shorter than backward-weight's, so the same neighbour serves one op and not the other."""
+    from factory.ops import solver_for
+    from factory.ops.groupnorm_bwd.problem import parse_groupnorm_problem
+
+    asked = parse_groupnorm_problem("N=8,C=256,G=32,input=56x56", Layout.NHWGC, DType.FP16)
+    near = parse_groupnorm_problem("N=32,C=256,G=32,input=56x56", Layout.NHWGC, DType.FP16)  # N twice doubled
+    gn = solver_for(Op.GROUPNORM_BWD)
+    assert gn.nearest_reach < distance(sizes(asked.key), sizes(near.key)) < solver_for(Op.CONV_BWD_WEIGHT).nearest_reach
+    family = heuristic_pick(asked).family
+    point = next(c.name for c in lookup(near) if c.family == family and c.name != heuristic_pick(asked).name)
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        store(db, near, point)
+        assert nearest_choice(asked, db, DEVICE) is None
+        monkeypatch.setattr(type(gn), "nearest_reach", 5.0)
+        choice = nearest_choice(asked, db, DEVICE)
+        assert choice is not None and choice.instance.name == point
+
+
 def test_a_compiled_in_filter_carries_over_to_the_asked_filter(tmp_path):
     """A depthwise backward-data winner tuned on 3x3 serves a 5x5 problem as the same tuning point."""
     tuned = parse_conv_problem("N=8,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1", Layout.NHWGC, DType.FP16,

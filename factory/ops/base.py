@@ -235,6 +235,10 @@ class OpModule(ABC, Generic[Q]):
 
     op: Op
     family_list: tuple[Family, ...]
+    # How far (factory.nearest.distance, over log2 sizes) a tuned problem's winner still serves an
+    # untuned one better than the op's prior does: measured per op by leave-one-out on a DB tuned in full
+    # (scripts/nearest_regret.py). The better the prior, the nearer a neighbour must be.
+    nearest_reach: float = 5.0
 
     @property
     def families(self) -> Mapping[str, Family]:

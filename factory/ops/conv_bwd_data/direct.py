@@ -24,7 +24,7 @@ from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.shape import CompiledShape, Shape
-from .common import BwdDataFamily, input_positions
+from .common import BwdDataFamily, input_positions, vector_score
 
 ANY_SHAPE = "any"
 BLOCKS_MAX = 2**31 - 1
@@ -99,7 +99,7 @@ class Direct(CompiledShape, BwdDataFamily):
         # Memory bound where few channels meet in a sum (depthwise); a GEMM family beats it elsewhere.
         few = problem.C * problem.K <= MAX_CHANNEL_PRODUCT
         compiled = 0.5 if p.compiled is not None else 0.0
-        return (3.0 if few else 0.0) + compiled + 0.2 * math.log2(p.vector) - abs(p.threads - 256) / 1024
+        return (3.0 if few else 0.0) + compiled + vector_score(p.vector) - abs(p.threads - 256) / 1024
 
 
 def channel_lanes(problem: ConvProblem) -> int:

@@ -20,7 +20,7 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
-from .common import BwdDataFamily
+from .common import BwdDataFamily, vector_score
 from ..conv.shape import CompiledShape, Shape
 from .direct import BLOCKS_MAX
 
@@ -28,6 +28,10 @@ from .direct import BLOCKS_MAX
 # chunk of taps along W (a long filter is taken in chunks).
 MAX_SUMS = 64
 MAX_WINDOW = 96
+GOOD_OUTPUTS = 8  # grad_input positions per thread that measured fastest (tile_score)
+DEPTHWISE_LEVEL = 4.5  # the prior's level of dwr and dws, from which their terms are taken
+# Layouts whose W axis is contiguous when C = 1 (all but NHWGC, where groups are innermost).
+W_CONTIGUOUS = (Layout.NGCHW, Layout.NGCHW_GKYXC, Layout.GNHWC)
 # Thread axes in memory order, innermost first: v = a vector of groups, w / h = tile columns / rows,
 # d = input depth, g = group, n = batch (the last one is bounded by the kernel's own test).
 ORDERS = {Layout.NHWGC: "vwhdn", Layout.NGCHW: "whdgn", Layout.NGCHW_GKYXC: "whdgn", Layout.GNHWC: "whdng"}
@@ -142,8 +146,31 @@ class Dwr(CompiledShape, BwdDataFamily):
         return Launch("kf_main", (math.ceil(_threads_needed(p, problem) / p.threads), 1, 1), (p.threads, 1, 1), (args,))
 
     def heuristic_score(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> float:
-        # Ahead of `direct` on depthwise problems; wider vectors and a few columns per thread share loads.
-        return 4.0 + 0.2 * math.log2(p.vector) + 0.1 * min(p.run, 4) - 0.05 * p.rows - abs(p.threads - 256) / 1024
+        # Ahead of `direct` on depthwise problems (H100 suite+seed21: the best direct point ran 1.6-17x the
+        # best dwr time on all 20 depthwise problems). The terms are in doublings of time (least squares
+        # over the 466 dwr times of suite+seed21, each problem's mean taken out).
+        score = DEPTHWISE_LEVEL + vector_score(p.vector) + tile_score(p, problem.layout)
+        if problem.layout in W_CONTIGUOUS:
+            # W contiguous: a warp's threads hold neighbouring tiles of one row, so its loads stride by a
+            # tile's width; 0.15 of a doubling a doubling of the run, on top of the tile size.
+            score -= 0.15 * math.log2(p.run)
+        # Fewer threads than the GPU holds hide less latency: 0.2 a halving (1-D N=2 G=168: runs of 16
+        # with 0.2 of the resident threads ran 1.73x the time of runs of 4 with 0.78). Counted against a
+        # thread per position where that is fewer (direct's), so small problems keep their level.
+        most = min(target.resident_threads, math.prod(problem.input) * problem.N * problem.G // p.vector)
+        fill = _threads_needed(p, problem) / most
+        return score + 0.2 * min(0.0, math.log2(fill)) - abs(p.threads - 256) / 1024
+
+
+def tile_score(p: TileParams, layout: Layout) -> float:
+    """The prior's term for a thread's tile (dwr, dws), in doublings of time: about 8 grad_input positions
+    a thread. Fewer load more of the window per position kept: 0.3 a halving (least squares, H100
+    suite+seed21: dwr 0.31, dws 0.21). More cost where W is contiguous, 0.2 a doubling (dwr 0.24, dws 0.27;
+    NGCHW 14x14: dwr 2x8 1.8x the time of 2x2); channels-last dwr tiles showed no such cost (-0.08)."""
+    outputs = math.prod(p.tile())
+    fewer = max(0.0, math.log2(GOOD_OUTPUTS / outputs))
+    more = max(0.0, math.log2(outputs / GOOD_OUTPUTS)) if layout in W_CONTIGUOUS else 0.0
+    return -0.3 * fewer - 0.2 * more
 
 
 def _threads_needed(p: DwrParams, problem: ConvProblem) -> int:

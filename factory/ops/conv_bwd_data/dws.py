@@ -20,9 +20,8 @@ from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
 from ..conv.shape import CompiledShape
-from .dwr import MAX_SUMS, TileParams, hw
+from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw, tile_score
 
-W_CONTIGUOUS = (Layout.NGCHW, Layout.NGCHW_GKYXC, Layout.GNHWC)
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
 ACC_BYTES = 4  # the window is staged as accumulator values (float or int)
 GRID_Z_LIMIT = 65535
@@ -46,6 +45,10 @@ class Strip:
     @property
     def strips(self) -> int:
         return math.ceil(self.tiles_h / self.strip_rows)
+
+    def busy(self, threads: int) -> float:
+        """The share of a block's threads that hold a tile (a plane shorter than a strip leaves rows idle)."""
+        return self.tiles_w * min(self.strip_rows, self.tiles_h) / threads
 
 
 def strip_of(p: DwsParams, problem: ConvProblem) -> Strip | None:
@@ -109,5 +112,18 @@ class Dws(CompiledShape, BwdDataFamily):
                       shared_bytes=strip.window_values * ACC_BYTES)
 
     def heuristic_score(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget) -> float:
-        # Ahead of `dwr` where W is contiguous and a plane row fits a block (dwr loads scalars there).
-        return 4.1 + 0.1 * min(p.run, 4) - 0.05 * p.rows - abs(p.threads - 256) / 1024
+        strip = strip_of(p, problem)
+        assert strip is not None  # why_not_here refused it otherwise
+        # Against dwr: the staging round trip (copy, barrier) costs 0.7 of a doubling, and a staged dOut row
+        # serves every filter row of the strip's tiles where dwr re-loads it per tile row it reaches, 0.35
+        # a doubling of filter rows back. H100 suite+seed21, best dws over best dwr: 1-D 1.28-2.03x (all 3),
+        # 3x3 0.98-1.75x (1.44-1.75x on 8x8 and 14x14 planes), 7x7 0.74x, 10x10 0.90x.
+        staging = 0.35 * math.log2(hw(p.compiled.filter)[0]) - 0.7
+        score = DEPTHWISE_LEVEL + staging + tile_score(p, problem.layout)
+        # Threads past the plane's tiles idle: 0.6 of a doubling of time a halving of the busy share (least
+        # squares over the 137 dws times of suite+seed21; NGCHW 8x8 and 14x14: a tile in a 256-thread block,
+        # half as busy, ran 1.57-1.65x the time of the 128-thread block). Only once the grid fills the
+        # SMs: with 64 blocks (N=1 G=64) the same halving changed no time (3 pairs, within 3 %).
+        blocks = strip.strips * problem.G * problem.N
+        idle = 0.6 * math.log2(strip.busy(p.threads)) if blocks >= target.processors else 0.0
+        return score + idle - abs(p.threads - 256) / 1024

@@ -8,14 +8,15 @@ The same template, stride-phase split and gathers as `mma`; the matrix instructi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType
-from ..conv.family import MFMA_TILE, WAVE_LANES, MfmaRules
+from ..conv.family import CHUNK_BYTES_MAX, MFMA_TILE, WAVE_LANES, MfmaRules, fill_score
 from .common import ALL_CELLS
-from .mma import Mma, MmaParams
+from .mma import OPERAND_BYTES, Mma, MmaParams, merged_blocks
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.FP32))
 
@@ -39,3 +40,13 @@ class Mfma(MfmaRules, Mma):
 
     def why_not_here(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         return self.bf16_refusal(problem, target) or super().why_not_here(p, problem, target)
+
+    def heuristic_score(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        # mma's rules were measured on the H100 only; AMD targets keep the generic prior (tile fill,
+        # channels used, widest chunks).
+        blocks = merged_blocks(problem, p.block_m, p.block_n)
+        used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
+        full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
+        wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
+        many = 1.0 if problem.C * problem.K > 16 else -1.0  # few channels per group: the direct family's
+        return 2.0 + many + used_n + wide + fill_score(blocks, target)

@@ -18,7 +18,7 @@ from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
-from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N
 from ..conv import kernel_args
 from .common import ALL_CELLS, GRID_Y_LIMIT, TENSORS, BwdDataFamily
 
@@ -160,7 +160,8 @@ class Mma(BwdDataFamily):
         return {"a_rmajor": "true" if a_rmajor(layout) else "false"}
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
-        return Launch("kf_main", (_tiles(p, problem), problem.G, math.prod(problem.stride)), (p.threads, 1, 1), (args,),
+        return Launch("kf_main", (_tiles(problem, p.block_m, p.block_n), problem.G, math.prod(problem.stride)),
+                      (p.threads, 1, 1), (args,),
                       shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
     def launch_plan(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
@@ -174,12 +175,54 @@ class Mma(BwdDataFamily):
             for phase, positions in enumerate(phase_sizes(problem)) if positions))
 
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
-        blocks = _tiles(p, problem) * problem.G * math.prod(problem.stride)
-        used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
-        full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
-        wide = 0.3 * (p.vector_a == full) + 0.3 * (p.vector_b == full)
+        # The terms are in doublings of time: least squares over the 585 mma times of the H100 suite+seed21
+        # problems with C*K > 16, each problem's mean taken out.
         many = 1.0 if problem.C * problem.K > 16 else -1.0  # few channels per group: the direct family's
-        return 2.0 + many + used_n + wide + fill_score(blocks, target)
+        # Chunks narrower than the problem allows: output-gradient chunks count most (vector_a 2 0.48x the
+        # time of 1, 4 0.69x of 2, 8 0.80x of 4), weight chunks little (vector_b 0.95x a doubling); 60-112
+        # same-params pairs each.
+        widest_a, widest_b = widest_chunks(problem)
+        chunks = 0.6 * math.log2(p.vector_a / widest_a) + 0.1 * math.log2(p.vector_b / widest_b)
+        # A larger tile reuses each staged element over more products: 0.5 a doubling of products per
+        # element loaded, counted from one instruction's tile (NHWGC C=K=256 stride 2: 128x128 0.64x the time
+        # of 64x32).
+        reuse = 0.5 * math.log2(products_per_load(p.block_m, p.block_n) / products_per_load(MMA_M, MMA_N))
+        # Channels past C are computed and dropped: 0.6 a halving of the share kept.
+        used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
+        # One launch per stride phase ran 1.30x the merged launch's time (16 same-tile pairs, 13 slower), as
+        # bench/NOTES.md section 20 found.
+        per_phase = 0.4 if p.phases is PhaseLaunch.PER_PHASE else 0.0
+        return 2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + self.tile_fill(p, problem, target)
+
+    def tile_fill(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        """Under two blocks an SM, 0.6 a halving: fewer blocks leave SMs idle or without a second block to
+        hide the first's latency (3-D fp32 C=48: 64x32 tiles, 3.4 blocks an SM, ran 0.76x the time of
+        128x32 at 1.7); past that the larger tile is the better use of the SMs (the reuse term). Counted
+        against the blocks of one instruction tile each where those are fewer, so a small problem is not
+        marked down against the other families for a fill no tile reaches."""
+        most = min(2 * target.processors, merged_blocks(problem, MMA_M, MMA_N))
+        return 0.6 * min(0.0, math.log2(merged_blocks(problem, p.block_m, p.block_n) / most))
+
+
+def products_per_load(rows: int, cols: int) -> float:
+    """Multiply-accumulates per staged element of a rows x cols tile (per reduction row)."""
+    return rows * cols / (rows + cols)
+
+
+def widest_chunks(problem: ConvProblem) -> tuple[int, int]:
+    """The widest vector_a and vector_b (powers of 2 up to 16 bytes) that why_not_here allows."""
+    full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
+    if a_rmajor(problem.layout):  # chunks along positions, pointwise problems only
+        along_a = math.prod(problem.input) if pointwise(problem) else 1
+    else:
+        along_a = problem.K
+    along_b = problem.C if weight_c_innermost(problem.layout) or problem.filter_volume == 1 else 1
+    return _widest_power(along_a, full), _widest_power(along_b, full)
+
+
+def _widest_power(n: int, cap: int) -> int:
+    """The largest power of 2 up to `cap` that divides n."""
+    return min(n & -n, cap)
 
 
 def phase_positions(problem: ConvProblem) -> int:
@@ -203,5 +246,11 @@ def _product(per_axis: list[list[int]]) -> list[tuple[int, ...]]:
     return combos
 
 
-def _tiles(p: MmaParams, problem: ConvProblem) -> int:
-    return math.ceil(phase_positions(problem) / p.block_m) * math.ceil(problem.C / p.block_n)
+def merged_blocks(problem: ConvProblem, block_m: int, block_n: int) -> int:
+    """Blocks of the merged launch of block_m x block_n tiles: the largest phase's tiles, times groups
+    and stride phases."""
+    return _tiles(problem, block_m, block_n) * problem.G * math.prod(problem.stride)
+
+
+def _tiles(problem: ConvProblem, block_m: int, block_n: int) -> int:
+    return math.ceil(phase_positions(problem) / block_m) * math.ceil(problem.C / block_n)

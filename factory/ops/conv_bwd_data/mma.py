@@ -142,15 +142,8 @@ class Mma(BwdDataFamily):
             return f"filter has {problem.filter_volume} taps, the phase table holds {MAX_TAPS}"
         if p.phases is PhaseLaunch.PER_PHASE and math.prod(problem.stride) == 1:
             return "one stride phase: launching per phase is the merged launch"
-        positions = math.prod(problem.input)
-        if a_rmajor(problem.layout) and p.vector_a > 1 and not (pointwise(problem) and positions % p.vector_a == 0):
-            return (f"chunks of {p.vector_a} output-gradient positions need a 1x1 filter at stride 1 without "
-                    f"padding and positions per image divisible by them ({positions})")
-        if not weight_c_innermost(problem.layout) and p.vector_b > 1 and problem.filter_volume != 1:
-            return f"chunks of {p.vector_b} weights along C need C innermost (GKYXC) or a 1x1 filter"
-        if (not a_rmajor(problem.layout) and problem.K % p.vector_a) or problem.C % p.vector_b:
-            return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by them "
-                    f"(C={problem.C}, K={problem.K})")
+        if refusal := chunk_refusal(problem, p.vector_a, p.vector_b):
+            return refusal
         shared = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES
         if shared > target.shared_optin:
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
@@ -209,20 +202,26 @@ def products_per_load(rows: int, cols: int) -> float:
     return rows * cols / (rows + cols)
 
 
+def chunk_refusal(problem: ConvProblem, vector_a: int, vector_b: int) -> str | None:
+    """Why chunks of vector_a output-gradient and vector_b weight elements cannot load `problem`, or None."""
+    positions = math.prod(problem.input)
+    if a_rmajor(problem.layout) and vector_a > 1 and not (pointwise(problem) and positions % vector_a == 0):
+        return (f"chunks of {vector_a} output-gradient positions need a 1x1 filter at stride 1 without "
+                f"padding and positions per image divisible by them ({positions})")
+    if not weight_c_innermost(problem.layout) and vector_b > 1 and problem.filter_volume != 1:
+        return f"chunks of {vector_b} weights along C need C innermost (GKYXC) or a 1x1 filter"
+    if (not a_rmajor(problem.layout) and problem.K % vector_a) or problem.C % vector_b:
+        return (f"chunks of {vector_a} along K and {vector_b} along C need K and C divisible by them "
+                f"(C={problem.C}, K={problem.K})")
+    return None
+
+
 def widest_chunks(problem: ConvProblem) -> tuple[int, int]:
-    """The widest vector_a and vector_b (powers of 2 up to 16 bytes) that why_not_here allows."""
-    full = CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]
-    if a_rmajor(problem.layout):  # chunks along positions, pointwise problems only
-        along_a = math.prod(problem.input) if pointwise(problem) else 1
-    else:
-        along_a = problem.K
-    along_b = problem.C if weight_c_innermost(problem.layout) or problem.filter_volume == 1 else 1
-    return _widest_power(along_a, full), _widest_power(along_b, full)
-
-
-def _widest_power(n: int, cap: int) -> int:
-    """The largest power of 2 up to `cap` that divides n."""
-    return min(n & -n, cap)
+    """The widest vector_a and vector_b (powers of 2 up to 16 bytes) that chunk_refusal allows."""
+    widths = [1 << i for i in range((CHUNK_BYTES_MAX // OPERAND_BYTES[problem.dtype]).bit_length())]
+    widest_a = max(w for w in widths if chunk_refusal(problem, w, 1) is None)
+    widest_b = max(w for w in widths if chunk_refusal(problem, 1, w) is None)
+    return widest_a, widest_b
 
 
 def phase_positions(problem: ConvProblem) -> int:

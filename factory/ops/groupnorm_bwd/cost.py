@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 from ...device import DeviceTarget
+from ...kernel_resources import KernelResources
+from ...occupancy import blocks_per_processor
 
 # Fixed costs. The smallest problems (<= 0.2 MB a tensor, H100 suite+seed21) add about 2 us per kernel:
 # group per_group (1 kernel) 5.7-7.7 us, per_sample (2) 7.9-9.7, fused twostage (3) 10.4-11.6,
@@ -27,8 +29,6 @@ SM_BYTES_PER_US = 40e3  # what one SM's blocks stream: grids of fewer blocks tha
 L2_BYTES = 40e6  # of the H100's 50 MB L2, what a pass re-reading the last one's tensors still finds
 SMOOTH = 4  # latency and traffic overlap: a smooth maximum (p-norm), so near the crossover both count
 
-REGISTER_FILE = 65536  # 32-bit registers per SM when the target does not say
-REGISTER_GRANULE = 8  # registers are allocated per thread in multiples of 8
 
 
 def launch_us(kernels: int, memsets: int = 0) -> float:
@@ -46,15 +46,10 @@ def memory_us(nbytes: float, blocks: int, target: DeviceTarget) -> float:
 
 
 def resident_blocks(threads: int, registers: int, target: DeviceTarget, shared_bytes: int = 0) -> int:
-    """Blocks of `threads` one SM holds at once, by threads, registers, shared memory and its block limit."""
-    fits = [target.threads_per_processor // threads]
-    granted = math.ceil(registers / REGISTER_GRANULE) * REGISTER_GRANULE
-    fits.append((target.registers_per_processor or REGISTER_FILE) // (granted * threads))
-    if shared_bytes and target.shared_per_processor:
-        fits.append(target.shared_per_processor // (shared_bytes + target.shared_reserved))
-    if target.blocks_per_processor:
-        fits.append(target.blocks_per_processor)
-    return max(1, min(fits))
+    """Blocks of `threads` one SM holds at once (factory.occupancy's limits); by threads alone where the
+    target does not describe its registers and shared memory."""
+    described = blocks_per_processor(KernelResources(registers, 0, 0, 0, shared_bytes), threads, 0, target)
+    return max(1, described if described is not None else target.threads_per_processor // threads)
 
 
 def waves(blocks: int, per_processor: int, target: DeviceTarget) -> int:

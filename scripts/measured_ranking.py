@@ -50,9 +50,10 @@ from factory.device import target_for
 from factory.nearest import distance, problem_class, sizes
 from factory.ops import solver_for
 from factory.selector import lookup, problem_from_key
-from regret_common import best_of_first, geomean, summary, tuned_db
+from regret_common import best_of_first, fail, geomean, summary, tuned_db
 
 BUDGETS = (4, 8)
+CONV_OPS = ("conv_bwd_weight", "conv_bwd_data")  # gemm_sizes reads a ConvProblem's fields
 INF = math.inf
 Point = tuple[Any, ...]  # (family, (field, value)...): params less the problem's compiled-in values
 Sizes = dict[str, tuple[int, ...]]
@@ -153,11 +154,11 @@ def gemm_sizes(problem: Any) -> Sizes:
             "S": (math.prod(problem.stride),)}
 
 
-def load(path: str) -> list[Tuned]:
+def load(path: str, op: str) -> list[Tuned]:
     """Every tuned problem of the DB at `path`, with each candidate's point, prior score and relative time."""
     problems = []
     with tuned_db(path) as db:
-        for winner in db.winners():
+        for winner in db.winners(op):
             problem = problem_from_key(winner.problem_key)
             target = target_for(winner.device)
             solver = solver_for(problem.op)
@@ -341,10 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", action="store_true", help="rerun the hyper-parameter search (leave-out on --train)")
     parser.add_argument("--rows", choices=("train", "test", "none"), default="none",
                         help="print the last variant's per-problem pick regrets (default: none)")
+    parser.add_argument("--op", choices=CONV_OPS, default=CONV_OPS[0],
+                        help="the op whose problems are ranked (its features are a convolution's)")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    train = load(args.train)
-    test = load(args.test) if args.test else []
+    train = load(args.train, args.op)
+    test = load(args.test, args.op) if args.test else []
+    if not train:
+        fail(f"{args.train}: no tuned {args.op} problem (choose the op with --op)")
     variants = search(train) if args.grid else list(CHOSEN)
     results = [(v, leave_out(train, v), served(test, train, v) if test else None) for v in variants]
     for v, loo, _ in results:

@@ -15,14 +15,15 @@ def tuned_db(path: str) -> TuningDB:
     """The DB at `path`; a missing path (opening it would create an empty DB there) or a file that is not
     a tuning DB ends the script with one line on stderr, exit 2."""
     if not Path(path).is_file():
-        _fail(f"{path}: no such tuning database")
+        fail(f"{path}: no such tuning database")
     try:
         return TuningDB(path)
     except TuningDBError as exc:
-        _fail(" ".join(str(exc).split()))
+        fail(" ".join(str(exc).split()))
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
+    """End the script with `message` as one line on stderr, exit 2."""
     print(f"{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
     raise SystemExit(2)
 

@@ -264,3 +264,9 @@ def test_the_regret_scripts_refuse_a_missing_db_or_a_file_that_is_no_db_in_one_l
         assert ended.value.code == 2 and len(err.splitlines()) == 1, (script, err)
         assert "no such tuning database" in err or "not an SQLite database" in err
     assert not (tmp_path / "missing.db").exists()
+    TuningDB(str(tmp_path / "empty.db")).close()  # a DB, but nothing of the op tuned in it
+    monkeypatch.setattr(sys, "argv", ["measured_ranking.py", "--train", str(tmp_path / "empty.db")])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(scripts / "measured_ranking.py"), run_name="__main__")
+    err = capsys.readouterr().err.strip()
+    assert ended.value.code == 2 and err.count("\n") == 0 and "no tuned conv_bwd_weight problem" in err

@@ -92,6 +92,20 @@ CASES = [
     Case("dwr-gkyxc-bf16-1d-f15", "dwr", L.NGCHW_GKYXC, D.BF16, "N=4,G=3,C=1,K=1,input=1540,filter=15,pad=7", R.ATOMIC),
     Case("dwr-gnhwc-int8-2d-d2", "dwr", L.GNHWC, D.INT8, "N=2,G=1,C=1,K=1,input=62x248,filter=3x3,pad=2,dilation=2", R.ATOMIC),
     Case("dwr-nhwgc-bf16w-1d-wide", "dwr", L.NHWGC, D.BF16_FP32W, "N=2,G=64,C=1,K=1,input=2024,filter=3,pad=1", R.ATOMIC, wide),
+    # dwh: depthwise 2-D, a thread walks a strip of output rows with its input window in registers. Strips
+    # that end inside the output, strides that carry rows over (1, 2 with dilation 2) and one that carries none
+    # (stride 3 over a 2-row window), asymmetric padding, N=1.
+    Case("dwh-nhwgc-fp16-wide", "dwh", L.NHWGC, D.FP16, "N=90,G=64,C=1,K=1,input=13x11,filter=3x3,pad=1", R.TWOSTAGE,
+         lambda p: p.vector == 2 and p.rows == 8),
+    Case("dwh-ngchw-fp32-5x5-s2", "dwh", L.NGCHW, D.FP32, "N=7,G=2,C=1,K=1,input=39x101,filter=5x5,stride=2,pad=2", R.ATOMIC),
+    Case("dwh-gkyxc-bf16-s2-d2", "dwh", L.NGCHW_GKYXC, D.BF16, "N=24,G=3,C=1,K=1,input=21x67,filter=3x3,stride=2,pad=2,dilation=2",
+         R.TWOSTAGE),
+    Case("dwh-gnhwc-int8-2x2-s3", "dwh", L.GNHWC, D.INT8, "N=2,G=2,C=1,K=1,input=20x19,filter=2x2,stride=3,pad_left=1x0,pad_right=0x1",
+         R.DIRECT),
+    Case("dwh-nhwgc-bf16w-7x5-v2", "dwh", L.NHWGC, D.BF16_FP32W, "N=90,G=64,C=1,K=1,input=18x9,filter=7x5,pad=3x2", R.TWOSTAGE,
+         lambda p: p.vector == 2 and p.segment == 8),
+    Case("dwh-nhwgc-fp32-lanes-past-g", "dwh", L.NHWGC, D.FP32, "N=90,G=24,C=1,K=1,input=13x11,filter=3x3,stride=1,pad=1",
+         R.ATOMIC, lambda p: p.vector == 1 and p.threads_lane == 32),
     # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -8,6 +8,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane.
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
+- `dwh`: depthwise 2-D, filter compiled in; a thread walks a strip of output rows, its input window in registers.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
 - `wgmma`: the same on Hopper's warpgroup MMA (templates/common/wgmma.h), sm_90a.
 - `mfma`: the same on AMD CDNA matrix cores (templates/common/mfma.h), 64-lane wavefronts.
@@ -25,6 +26,7 @@ from ..conv import ConvOp, ConvTensor, explicit_padding, physical
 from .common import D_INPUT, OUTPUT, TENSORS, Reduction
 from .dl import Dl, DlParams
 from .dw import Dw, DwParams
+from .dwh import Dwh
 from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
 from .mfma import Mfma, MfmaParams
@@ -37,7 +39,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr(), Mma(), Wgmma(), Mfma())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Mma(), Wgmma(), Mfma())
     # Leave-one-out over the H100 suite + seed-21 DB: neighbours at 2.3-4.4 served at 1.0-1.19x the winner
     # (the prior 1.0-1.38x), those at 5.4-11.1 at 1.6-4.7x (the prior 1.0-1.42x). bench/NOTES.md 21, 28.
     nearest_reach = 5.0

@@ -1,0 +1,56 @@
+"""`dwh`: depthwise 2-D with the filter shape, stride and dilation compiled in; a thread walks a strip of
+output rows, keeping the input rows the filter spans in registers and shifting them by the stride, so an
+input row is loaded once per strip instead of once per block of rows as in `dwr`.
+
+Its tuning points are `dwr`'s (DwrParams) with `rows` the strip's length: the strip's registers do not
+grow with it, so strips are long (8-32 rows) where dwr's blocks hold 1-4.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, Layout
+from .common import UP_TO_2D
+from .dwr import Dwr, DwrParams
+
+TWO_D = frozenset(cell for cell in UP_TO_2D if cell[2] == 2)
+
+
+class Dwh(Dwr):
+    name = "dwh"
+    template = "conv_bwd_weight/dwh.hip.j2"
+    params_type = DwrParams
+    description = "depthwise 2-D, filter compiled in; a thread walks a strip of output rows, the input window in registers"
+
+    def supported_cells(self) -> frozenset:
+        return TWO_D
+
+    def cell_allows(self, params: DwrParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        return ndim == 2 and params.filter_h > 1 and super().cell_allows(params, layout, dtype, ndim)
+
+    def problem_values(self, problem: ConvProblem) -> Mapping[str, Any] | None:
+        """dwr's values for a 2-D problem; None for any other rank (1-D strips are dwr's own rows)."""
+        return super().problem_values(problem) if problem.ndim == 2 else None
+
+    def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.ndim != 2:
+            return "2-D only"
+        return super().why_not_here(p, problem, target)
+
+    def heuristic_score(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        """dwr's score (fill, busy threads, input loaded per output kept) with what the strips change, fitted
+        on the H100 (every candidate of 26 depthwise problems timed: MobileNetV2's and ConvNeXt-T's layers
+        at batch 64 in NHWGC, the suite's mnv1_dw3 and mnv3_dw5_s2 in every layout; bench/NOTES.md 29):
+        - no preference for about 8 outputs a thread: that is about dwr's registers, and a strip's hold
+          one output row;
+        - one group a thread over two or more: the wider vectors multiply the accumulators and the gradient
+          window, and v1 was the fastest dwh point on 9 of the 10 NHWGC problems dwh won (v2 on the fp32 one);
+        - longer strips: less of a strip is drain steps and per-item setup; the winners walked 8-16 rows;
+        - 0.3 above dwr: dwh was the faster family on 17 of the 26 (dwr 1.02-1.89x its time), dwr on 7
+          (dwh 1.10-1.22x dwr's time; NHWGC planes of 28x28 and less), dw on 2 (7x7 planes)."""
+        outputs = p.rows * p.segment
+        strips = 0.2 * math.log2(p.rows) - 0.6 * math.log2(p.vector) + 0.3
+        return super().heuristic_score(p, problem, target) + 0.1 * abs(math.log2(outputs / 8)) + strips

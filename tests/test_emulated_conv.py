@@ -106,6 +106,8 @@ CASES = [
          lambda p: p.vector == 2 and p.segment == 8),
     Case("dwh-nhwgc-fp32-lanes-past-g", "dwh", L.NHWGC, D.FP32, "N=90,G=24,C=1,K=1,input=13x11,filter=3x3,stride=1,pad=1",
          R.ATOMIC, lambda p: p.vector == 1 and p.threads_lane == 32),
+    Case("dwh-ngchw-fp16-stride-at-run-time", "dwh", L.NGCHW, D.FP16, "N=35,G=5,C=1,K=1,input=40x23,filter=3x3,pad=1", R.ATOMIC,
+         lambda p: p.w_stride == 0),
     # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

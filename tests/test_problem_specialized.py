@@ -93,11 +93,16 @@ CELL = (Op.CONV_BWD_WEIGHT, Layout.NHWGC, DType.FP16, 2)
 
 
 def test_specializations_are_cached_per_filter_not_per_problem():
+    """Problems that differ only in what no family compiles in (N, the plane, padding) share one tuple of
+    specialized instances; dwh's column stride (G in NHWGC) makes another G a new specialization."""
     one = parse_conv_problem("N=2,G=16,C=1,K=1,input=90x90,filter=9x9,pad=4", Layout.NHWGC, DType.FP16)
-    other = parse_conv_problem("N=8,G=32,C=1,K=1,input=64x50,filter=9x9,pad=0", Layout.NHWGC, DType.FP16)
+    other = parse_conv_problem("N=8,G=16,C=1,K=1,input=64x50,filter=9x9,pad=0", Layout.NHWGC, DType.FP16)
     first, second = specialized_instances(one), specialized_instances(other)
     assert first and second is first  # one tuple per (cell, values): lookup memoizes its merge on it
     assert lookup(other) and with_specialized(instances_of_cell(*CELL), one) is with_specialized(instances_of_cell(*CELL), other)
+    wider = parse_conv_problem("N=8,G=32,C=1,K=1,input=64x50,filter=9x9,pad=0", Layout.NHWGC, DType.FP16)
+    strides = {i.params.w_stride for i in specialized_instances(wider) if i.family == "dwh"}
+    assert strides == {32} and specialized_instances(wider) is not first
 
 
 @pytest.mark.parametrize("name, why", [

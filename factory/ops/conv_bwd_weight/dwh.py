@@ -1,6 +1,6 @@
 """`dwh`: depthwise 2-D with the filter shape, stride and dilation compiled in; a thread walks a strip of
-output rows, keeping the input rows the filter spans in registers and shifting them by the stride, so an
-input row is loaded once per strip instead of once per block of rows as in `dwr`.
+output rows, keeping the output-gradient rows an input row meets in registers and shifting them one row a
+step, so an input row is loaded once per strip instead of once per block of rows as in `dwr`.
 
 Its tuning points are `dwr`'s with `rows` the strip's length (the strip's registers do not grow with it,
 so strips are long, 4-16 rows, where dwr's blocks hold 1-4), plus the element stride between adjacent
@@ -18,8 +18,9 @@ from typing import Any, Mapping
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..conv import layouts as cl
-from .common import UP_TO_2D, Reduction
-from .dwr import Dwr, DwrParams
+from .common import UP_TO_2D
+from .dwr import SUFFIX_RE as DWR_SUFFIX_RE
+from .dwr import Dwr, DwrParams, parse_params
 
 TWO_D = frozenset(cell for cell in UP_TO_2D if cell[2] == 2)
 
@@ -42,11 +43,7 @@ class DwhParams(DwrParams):
         return super().template_values() | {"w_stride": self.w_stride}
 
 
-_SUFFIX_RE = re.compile(
-    r"l(?P<threads_lane>\d+)x(?P<threads_pos>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<segment>\d+)"
-    r"_k(?P<filter_h>\d+)x(?P<filter_w>\d+)s(?P<stride>\d+)d(?P<dilation>\d+)_o(?P<min_blocks>\d+)"
-    r"_sk(?P<split_k>\d+)_(?P<reduction>[a-z]+)_w(?P<w_stride>\d+)"
-)
+_SUFFIX_RE = re.compile(DWR_SUFFIX_RE.pattern + r"_w(?P<w_stride>\d+)")
 
 
 def column_stride(problem: ConvProblem) -> int | None:
@@ -60,7 +57,7 @@ class Dwh(Dwr):
     name = "dwh"
     template = "conv_bwd_weight/dwh.hip.j2"
     params_type = DwhParams
-    description = "depthwise 2-D, filter compiled in; a thread walks a strip of output rows, the input window in registers"
+    description = "depthwise 2-D, filter compiled in; a thread walks a strip of output rows, the gradient window in registers"
 
     def supported_cells(self) -> frozenset:
         return TWO_D
@@ -76,15 +73,7 @@ class Dwh(Dwr):
         return None if stride is None else {**values, "w_stride": stride}
 
     def parse_suffix(self, suffix: str) -> DwhParams | None:
-        match = _SUFFIX_RE.fullmatch(suffix)
-        if match is None:
-            return None
-        values: dict[str, Any] = {k: int(v) for k, v in match.groupdict().items() if k != "reduction"}
-        try:
-            params = DwhParams(reduction=Reduction(match["reduction"]), **values)
-        except ValueError:
-            return None
-        return params if params.suffix() == suffix else None
+        return parse_params(_SUFFIX_RE, DwhParams, suffix)
 
     def why_not_here(self, p: DwhParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.ndim != 2:

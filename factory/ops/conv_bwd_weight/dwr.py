@@ -71,7 +71,7 @@ class DwrParams:
         }
 
 
-_SUFFIX_RE = re.compile(
+SUFFIX_RE = re.compile(
     r"l(?P<threads_lane>\d+)x(?P<threads_pos>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<segment>\d+)"
     r"_k(?P<filter_h>\d+)x(?P<filter_w>\d+)s(?P<stride>\d+)d(?P<dilation>\d+)_o(?P<min_blocks>\d+)"
     r"_sk(?P<split_k>\d+)_(?P<reduction>[a-z]+)"
@@ -105,15 +105,7 @@ class Dwr(Dw):
                 "dilation": problem.dilation[0]}
 
     def parse_suffix(self, suffix: str) -> DwrParams | None:
-        match = _SUFFIX_RE.fullmatch(suffix)
-        if match is None:
-            return None
-        values: dict[str, Any] = {k: int(v) for k, v in match.groupdict().items() if k != "reduction"}
-        try:
-            params = DwrParams(reduction=Reduction(match["reduction"]), **values)
-        except ValueError:
-            return None
-        return params if params.suffix() == suffix else None
+        return parse_params(SUFFIX_RE, DwrParams, suffix)
 
     def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.C != 1 or problem.K != 1:
@@ -156,6 +148,20 @@ class Dwr(Dw):
         # 40 same-params pairs in suite+seed21 (0.48x on NHWGC 5x5 filters).
         occupancy = 0.2 if p.min_blocks > 1 else 0.0
         return score + 0.5 * math.log2(busy) - 0.1 * abs(math.log2(outputs / 8)) - 0.3 * halo + occupancy
+
+
+def parse_params(pattern: re.Pattern, params_type: type, suffix: str) -> Any:
+    """The params a suffix spells under `pattern` (integer groups and a `reduction`), or None when it
+    spells none or not in the one way params_type writes it."""
+    match = pattern.fullmatch(suffix)
+    if match is None:
+        return None
+    values: dict[str, Any] = {k: int(v) for k, v in match.groupdict().items() if k != "reduction"}
+    try:
+        params = params_type(reduction=Reduction(match["reduction"]), **values)
+    except ValueError:
+        return None
+    return params if params.suffix() == suffix else None
 
 
 def loads_per_output(p: DwrParams, problem: ConvProblem) -> float:

@@ -123,6 +123,23 @@ def test_a_spelled_specialization_parses_without_its_problem():
     assert inst.name == name and (inst.params.filter_h, inst.params.filter_w) == (9, 9)
 
 
+@pytest.mark.parametrize("layout, stride", [(Layout.NHWGC, 40), (Layout.NGCHW, 1), (Layout.NGCHW_GKYXC, 1), (Layout.GNHWC, 1)])
+def test_dwh_compiles_the_problems_column_stride_in_and_refuses_another(layout, stride):
+    """dwh's specialized instances carry the elements between adjacent columns (G in NHWGC, 1 in the
+    W-contiguous layouts); their names spell it and parse back, and one compiled for another stride is
+    refused with the reason rather than run with wrong offsets."""
+    problem = parse_conv_problem("N=4,G=40,C=1,K=1,input=37x29,filter=5x5,pad=2", layout, DType.BF16)
+    found = [i for i in specialized_instances(problem) if i.family == "dwh"]
+    assert found and {i.params.w_stride for i in found} == {stride}
+    assert all(instance_by_name(i.name) == i and i.name.endswith(f"_w{stride}") for i in found)
+    other = parse_conv_problem("N=4,G=48,C=1,K=1,input=37x29,filter=5x5,pad=2", layout, DType.BF16)
+    reasons = {i.why_not(other) for i in found}
+    if layout is Layout.NHWGC:
+        assert all(r and "column stride of 40 elements, problem has 48" in r for r in reasons)
+    else:
+        assert None in reasons  # the stride is 1 whatever G is
+
+
 # --- the kernels compute the right answer ---------------------------------------------------------
 @pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
 @pytest.mark.parametrize("case", NEW_FILTERS, ids=IDS)

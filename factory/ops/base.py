@@ -8,6 +8,7 @@ never looks inside a problem; it only executes LaunchPlans against named buffers
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, Union
@@ -143,6 +144,22 @@ class FamilyParams(Protocol):
     def suffix(self) -> str: ...
 
     def template_values(self) -> Mapping[str, Any]: ...
+
+
+def params_from_suffix(pattern: "re.Pattern[str]", params_type: type, suffix: str,
+                       convert: Mapping[str, Callable[[str], Any]] | None = None) -> Any:
+    """The params a name suffix spells (Family.parse_suffix for families whose points take problem values):
+    `pattern`'s named groups are the fields, integers unless `convert` names another reading. None when the
+    suffix does not match, names values the params refuse, or is not how params_type spells them."""
+    match = pattern.fullmatch(suffix)
+    if match is None:
+        return None
+    convert = convert or {}
+    try:
+        params = params_type(**{k: convert.get(k, int)(v) for k, v in match.groupdict().items()})
+    except ValueError:
+        return None
+    return params if params.suffix() == suffix else None
 
 
 class UnknownFamily(KernelFactoryError):

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..base import params_from_suffix
+
 _SHAPE_RE = re.compile(r"k(?P<filter>\d+(?:x\d+){0,2})s(?P<stride>\d+(?:x\d+){0,2})d(?P<dilation>\d+(?:x\d+){0,2})")
 
 
@@ -58,11 +60,4 @@ class CompiledShape:
 
     def parse_suffix(self, suffix: str) -> Any:
         """The params whose suffix is `suffix` (the pattern's groups name the fields), else None."""
-        match = self.suffix_re.fullmatch(suffix)
-        if match is None:
-            return None
-        try:
-            params = self.params_type(**{name: v if name == "shape" else int(v) for name, v in match.groupdict().items()})
-        except ValueError:
-            return None
-        return params if params.suffix() == suffix else None
+        return params_from_suffix(self.suffix_re, self.params_type, suffix, {"shape": str})

@@ -17,10 +17,11 @@ from typing import Any, Mapping
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
+from ..base import params_from_suffix
 from ..conv import layouts as cl
-from .common import UP_TO_2D
+from .common import UP_TO_2D, Reduction
 from .dwr import SUFFIX_RE as DWR_SUFFIX_RE
-from .dwr import Dwr, DwrParams, parse_params
+from .dwr import Dwr, DwrParams
 
 TWO_D = frozenset(cell for cell in UP_TO_2D if cell[2] == 2)
 
@@ -73,7 +74,7 @@ class Dwh(Dwr):
         return None if stride is None else {**values, "w_stride": stride}
 
     def parse_suffix(self, suffix: str) -> DwhParams | None:
-        return parse_params(_SUFFIX_RE, DwhParams, suffix)
+        return params_from_suffix(_SUFFIX_RE, DwhParams, suffix, {"reduction": Reduction})
 
     def why_not_here(self, p: DwhParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.ndim != 2:
@@ -86,13 +87,16 @@ class Dwh(Dwr):
         """dwr's score (fill, busy threads, input loaded per output kept) with what the strips change, fitted
         on the H100 (every candidate of 26 depthwise problems timed: MobileNetV2's and ConvNeXt-T's layers
         at batch 64 in NHWGC, the suite's mnv1_dw3 and mnv3_dw5_s2 in every layout; bench/NOTES.md 29):
-        - no preference for about 8 outputs a thread: that is about dwr's registers, and a strip's hold
-          one output row;
+        - no preference for about 8 outputs a thread (block_size_cost);
         - one group a thread over two or more: the wider vectors multiply the accumulators and the gradient
           window, and v1 was the fastest dwh point on 9 of the 10 NHWGC problems dwh won (v2 on the fp32 one);
         - longer strips: less of a strip is drain steps and per-item setup; the winners walked 8-16 rows;
         - 0.3 above dwr: dwh was the faster family on 17 of the 26 (dwr 1.02-1.89x its time), dwr on 7
           (dwh 1.10-1.22x dwr's time; NHWGC planes of 28x28 and less), dw on 2 (7x7 planes)."""
-        outputs = p.rows * p.segment
         strips = 0.2 * math.log2(p.rows) - 0.6 * math.log2(p.vector) + 0.3
-        return super().heuristic_score(p, problem, target) + 0.1 * abs(math.log2(outputs / 8)) + strips
+        return super().heuristic_score(p, problem, target) + strips
+
+    def block_size_cost(self, p: DwhParams) -> float:
+        """None: dwr's preference for about 8 outputs a thread is about its registers, and a strip's hold
+        one output row whatever its length."""
+        return 0.0

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
+from ..base import params_from_suffix
 from .common import GRID_Y_LIMIT, UP_TO_2D, Reduction, check_lane_block, lanes_only_channels_last
 from .dw import Dw
 
@@ -105,7 +106,7 @@ class Dwr(Dw):
                 "dilation": problem.dilation[0]}
 
     def parse_suffix(self, suffix: str) -> DwrParams | None:
-        return parse_params(SUFFIX_RE, DwrParams, suffix)
+        return params_from_suffix(SUFFIX_RE, DwrParams, suffix, {"reduction": Reduction})
 
     def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.C != 1 or problem.K != 1:
@@ -133,12 +134,6 @@ class Dwr(Dw):
         # 3x18 outputs has 216 items of 1x2 outputs but 24 of 4x8 for 256 threads: 1x2 ran 3.8x faster
         # than 4x8 (NHWGC G=197 N=32 4x4 outputs: 3.9x).
         busy = min(1.0, p.work_items(problem) / (p.threads_pos * p.split_k))
-        # About 8 outputs a thread: fewer re-read more input halo per output, more cost registers. The
-        # best 8-output block was the fastest on 15 of the 22 suite+seed21 problems; the best 2-output block was
-        # 1.06-5.1x slower on 20 of them, the best 32-output block 1.1-4.7x slower on 17. With the halo counted
-        # below, what is left of that preference is 0.09 of log2 time per doubling away from 8 (least squares
-        # over the 670 same-params pairs of block shapes in suite+seed21, with busy and the halo).
-        outputs = p.rows * p.segment
         # Elements a thread loads per output it keeps (input window and output gradient; a block past the
         # output's edge keeps less): 1.22x the time per doubling at equal busy (564 same-params pairs of block
         # shapes in suite+seed21; the block with more was the slower in 69 % of 578 pairs). Counted from the
@@ -147,21 +142,15 @@ class Dwr(Dw):
         # A register cap that fits 3 blocks an SM (min_blocks 3): 0.78x the time of min_blocks 1, geomean of
         # 40 same-params pairs in suite+seed21 (0.48x on NHWGC 5x5 filters).
         occupancy = 0.2 if p.min_blocks > 1 else 0.0
-        return score + 0.5 * math.log2(busy) - 0.1 * abs(math.log2(outputs / 8)) - 0.3 * halo + occupancy
+        return score + 0.5 * math.log2(busy) - self.block_size_cost(p) - 0.3 * halo + occupancy
 
-
-def parse_params(pattern: re.Pattern, params_type: type, suffix: str) -> Any:
-    """The params a suffix spells under `pattern` (integer groups and a `reduction`), or None when it
-    spells none or not in the one way params_type writes it."""
-    match = pattern.fullmatch(suffix)
-    if match is None:
-        return None
-    values: dict[str, Any] = {k: int(v) for k, v in match.groupdict().items() if k != "reduction"}
-    try:
-        params = params_type(reduction=Reduction(match["reduction"]), **values)
-    except ValueError:
-        return None
-    return params if params.suffix() == suffix else None
+    def block_size_cost(self, p: DwrParams) -> float:
+        """About 8 outputs a thread: fewer re-read more input halo per output, more cost registers. The
+        best 8-output block was the fastest on 15 of the 22 suite+seed21 problems; the best 2-output block
+        was 1.06-5.1x slower on 20 of them, the best 32-output block 1.1-4.7x slower on 17. With the halo
+        counted, what is left of that preference is 0.09 of log2 time per doubling away from 8 (least
+        squares over the 670 same-params pairs of block shapes in suite+seed21, with busy and the halo)."""
+        return 0.1 * abs(math.log2(p.rows * p.segment / 8))
 
 
 def loads_per_output(p: DwrParams, problem: ConvProblem) -> float:

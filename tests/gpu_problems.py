@@ -38,7 +38,7 @@ CASES = [
     (Layout.GNHWC, DType.BF16, "N=2,G=2,C=6,K=4,input=21,filter=3,stride=2,pad_left=0,pad_right=2"),
     (Layout.NGCHW, DType.FP32, "N=1,G=2,C=3,K=4,input=5x6x7,filter=3x3x3,pad_left=1x0x1,pad_right=0x1x2"),
     (Layout.NHWGC, DType.FP16, "N=2,G=1,C=8,K=8,input=9x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
-    # Filters no catalog lists: dwr instances specialized for the problem (filter, stride, dilation).
+    # Filters no catalog lists: dwr and dwh instances specialized for the problem (filter, stride, dilation).
     (Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=500,filter=31,pad=15"),
     (Layout.NGCHW, DType.BF16, "N=2,G=32,C=1,K=1,input=30x30,filter=9x9,pad=4"),
     (Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=57x57,filter=11x11,stride=2,pad=5"),

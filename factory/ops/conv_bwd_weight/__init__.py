@@ -8,7 +8,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dw`: few channels per group (depthwise when C = K = 1): one thread per (g, k, c) lane.
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
-- `dwh`: depthwise 2-D, filter compiled in; a thread walks a strip of output rows, its input window in registers.
+- `dwh`: depthwise 2-D, filter compiled in; a thread walks a strip of output rows, its gradient window in registers.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
 - `wgmma`: the same on Hopper's warpgroup MMA (templates/common/wgmma.h), sm_90a.
 - `mfma`: the same on AMD CDNA matrix cores (templates/common/mfma.h), 64-lane wavefronts.

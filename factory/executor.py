@@ -107,7 +107,10 @@ class PreparedPlan:
                 backend.memset_async(self._pointers[step.buffer], step.byte, step.nbytes, stream)
             else:
                 s = step.step
-                backend.launch_prepared(step.kernel, s.grid, s.block, step.packed, s.shared_bytes, stream)
+                if s.cooperative:
+                    backend.launch_cooperative(step.kernel, s.grid, s.block, step.packed, s.shared_bytes, stream)
+                else:
+                    backend.launch_prepared(step.kernel, s.grid, s.block, step.packed, s.shared_bytes, stream)
 
 
 def run_plan(loaded: LoadedBinary, plan: LaunchPlan, pointers: Mapping[str, int], stream: int = 0) -> None:

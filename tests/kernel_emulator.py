@@ -203,6 +203,9 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
             target[: step.nbytes] = step.byte
             continue
         assert isinstance(step, Launch)
+        if step.cooperative:
+            raise EmulatorError(f"{step.entry}: a cooperative launch's blocks wait for each other, "
+                                "which running one block at a time cannot do")
         packed = abi.pack(step.args)  # the executor's packing: structs laid out as the kernel reads them
         packed.bind({name: array.ctypes.data for name, array in buffers.items()})
         values = packed.values
@@ -214,6 +217,11 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
             lib.emu_message.restype = ctypes.c_char_p
             detail = (lib.emu_message() or b"").decode()
             raise KernelFault(f"{step.entry}: {_STATUS.get(status, f'status {status}')}: {detail}")
+
+
+def can_emulate(instance: Instance, problem: Any) -> bool:
+    """Whether the instance's plan runs here: no cooperative launch (its blocks wait for each other)."""
+    return not any(isinstance(s, Launch) and s.cooperative for s in _plan(instance, problem).steps)
 
 
 def check_instance(instance: Instance, problem: Any, seed: int = 0) -> Verdict:

@@ -119,6 +119,19 @@ class Backend(Protocol):
         stream: int = 0,
     ) -> None: ...
 
+    def launch_cooperative(
+        self,
+        kernel: LoadedKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: object,
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        """As launch_prepared, with every block resident at once (blocks may wait for each other); a grid
+        the device cannot hold is an error, not a hang."""
+        ...
+
     # Memory: device pointers are plain ints.
     def alloc(self, nbytes: int) -> int: ...
 

@@ -155,12 +155,13 @@ class CudaKernel:
 
 @dataclass(frozen=True)
 class _HotPath:
-    """cuLaunchKernel and cuMemsetD8Async called straight from libcuda through ctypes: about a
+    """cuLaunchKernel, cuLaunchCooperativeKernel and cuMemsetD8Async called straight from libcuda through ctypes: about a
     microsecond each from Python, a fraction of the generic bindings' cost, and Kernel.run sits on
     the caller's hot path. Errors still go through the bindings' error classification."""
 
     launch: Any
     memset: Any
+    launch_cooperative: Any
 
 
 @lru_cache(maxsize=1)
@@ -168,7 +169,7 @@ def _hot_path() -> _HotPath | None:
     """None where libcuda cannot be opened by name (the bindings' calls are used instead)."""
     try:
         lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-        launch, memset = lib.cuLaunchKernel, lib.cuMemsetD8Async
+        launch, memset, cooperative = lib.cuLaunchKernel, lib.cuMemsetD8Async, lib.cuLaunchCooperativeKernel
     except (OSError, AttributeError):
         return None
     u32, ptr = ctypes.c_uint, ctypes.c_void_p
@@ -176,7 +177,9 @@ def _hot_path() -> _HotPath | None:
     launch.restype = ctypes.c_int
     memset.argtypes = [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t, ptr]
     memset.restype = ctypes.c_int
-    return _HotPath(launch, memset)
+    cooperative.argtypes = [ptr, u32, u32, u32, u32, u32, u32, u32, ptr, ptr]
+    cooperative.restype = ctypes.c_int
+    return _HotPath(launch, memset, cooperative)
 
 
 def device_count() -> int:
@@ -315,6 +318,26 @@ class CudaBackend:
         )
         if int(status[0]) != 0:
             _check(status, f"cuLaunchKernel({kernel.name})")
+
+    def launch_cooperative(
+        self,
+        kernel: CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: "PreparedArgs",
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        hot = _hot_path()
+        if hot is not None:
+            status = hot.launch_cooperative(kernel.handle, *grid, *block, shared_bytes, stream or None, prepared.pointer)
+            if status != 0:
+                _check((self._driver.CUresult(status),), f"cuLaunchCooperativeKernel({kernel.name})")
+            return
+        status = self._driver.cuLaunchCooperativeKernel(kernel.function, *grid, *block, shared_bytes, stream,
+                                                        prepared.pointer)
+        if int(status[0]) != 0:
+            _check(status, f"cuLaunchCooperativeKernel({kernel.name})")
 
     def alloc(self, nbytes: int) -> int:
         self._make_current()

@@ -291,6 +291,18 @@ class HipBackend:
             (prepared.frame,),
         )
 
+    def launch_cooperative(
+        self,
+        kernel: HipKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: PreparedArgs,
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        # hipModuleLaunchCooperativeKernel takes kernelParams, not the packed frame this backend passes.
+        raise BackendError(f"{kernel.name}: the HIP backend does not issue cooperative launches")
+
     # Memory ------------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> int:
         return int(_call("hipMalloc", self._hip.hipMalloc, nbytes))

@@ -114,11 +114,15 @@ class Memset:
 
 @dataclass(frozen=True)
 class Launch:
+    """One kernel launch. `cooperative`: every block is resident at once (the backend's cooperative
+    launch, which refuses a grid the device cannot hold), so blocks may wait for each other."""
+
     entry: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple[LaunchArg, ...]
     shared_bytes: int = 0
+    cooperative: bool = False
 
 
 Step = Union[Memset, Launch]

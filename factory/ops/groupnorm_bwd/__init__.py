@@ -23,7 +23,9 @@ Minimum DRAM traffic (what `traffic` reports, and what GB/s figures divide): 3 t
 (x and dy read once, dx written once) plus the small tensors. The fused family reads x and dy twice, so
 where they do not stay in L2 between its passes it moves 5 transfers and tops out at 3/5 of the copy
 bandwidth by this count; the dx pass walks the tiles in reverse to reuse what L2 still holds. The group
-family re-reads a block's own rows right after summing them, mostly from cache.
+family re-reads a block's own rows right after summing them, mostly from cache. The resident family holds
+a round of whole groups in the grid's shared memory between the sums and dx: 3 transfers at any size
+(NVIDIA: it needs a cooperative launch).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .problem import (
     torch_physical,
 )
 from .reference import backward
+from .resident import Resident, ResidentParams
 from .stream import Finish, Fused, FusedParams, Geometry, StreamParams, ThreePass, ThreePassParams, geometry
 
 INPUT_EPS = 1e-5  # variance epsilon of the statistics random_inputs derives from x
@@ -57,7 +60,7 @@ class GroupNormBwd(OpModule[GroupNormProblem]):
     """The `groupnorm_bwd` op (see factory.ops.base.OpModule)."""
 
     op = Op.GROUPNORM_BWD
-    family_list = (ThreePass(), Fused(), Group())
+    family_list = (ThreePass(), Fused(), Group(), Resident())
     # The prior is a time model (cost.py) that a neighbour's winner seldom beats. Leave-one-out over the H100
     # suite + seed-21 DB: neighbours at 0.8-1.0 served at 1.00-1.10x the winner (the prior 1.01-1.09x),
     # those at 2-10 at 1.0-4.2x (the prior 1.0-1.14x). bench/NOTES.md 28d.
@@ -191,6 +194,6 @@ SOLVER = GroupNormBwd()
 
 __all__ = [
     "CELLS", "GROUP_CELLS", "SOLVER", "Finish", "FusedParams", "Geometry", "GroupNormBwd", "GroupNormProblem",
-    "GroupParams", "Span", "StreamParams", "ThreePassParams", "geometry", "group_segments",
+    "GroupParams", "ResidentParams", "Span", "StreamParams", "ThreePassParams", "geometry", "group_segments",
     "parse_groupnorm_problem", "from_ncs", "to_ncs",
 ]

@@ -307,17 +307,7 @@ class CudaBackend:
         shared_bytes: int = 0,
         stream: int = 0,
     ) -> None:
-        hot = _hot_path()
-        if hot is not None:
-            status = hot.launch(kernel.handle, *grid, *block, shared_bytes, stream or None, prepared.pointer, None)
-            if status != 0:
-                _check((self._driver.CUresult(status),), f"cuLaunchKernel({kernel.name})")
-            return
-        status = self._driver.cuLaunchKernel(
-            kernel.function, *grid, *block, shared_bytes, stream, prepared.pointer, 0
-        )
-        if int(status[0]) != 0:
-            _check(status, f"cuLaunchKernel({kernel.name})")
+        self._launch(kernel, grid, block, prepared, shared_bytes, stream, cooperative=False)
 
     def launch_cooperative(
         self,
@@ -328,16 +318,24 @@ class CudaBackend:
         shared_bytes: int = 0,
         stream: int = 0,
     ) -> None:
+        self._launch(kernel, grid, block, prepared, shared_bytes, stream, cooperative=True)
+
+    def _launch(self, kernel: CudaKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
+                prepared: "PreparedArgs", shared_bytes: int, stream: int, cooperative: bool) -> None:
+        """cuLaunchKernel, or cuLaunchCooperativeKernel (which takes no `extra`), from libcuda where it opens."""
+        call = "cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel"
         hot = _hot_path()
         if hot is not None:
-            status = hot.launch_cooperative(kernel.handle, *grid, *block, shared_bytes, stream or None, prepared.pointer)
+            args = (kernel.handle, *grid, *block, shared_bytes, stream or None, prepared.pointer)
+            status = hot.launch_cooperative(*args) if cooperative else hot.launch(*args, None)
             if status != 0:
-                _check((self._driver.CUresult(status),), f"cuLaunchCooperativeKernel({kernel.name})")
+                _check((self._driver.CUresult(status),), f"{call}({kernel.name})")
             return
-        status = self._driver.cuLaunchCooperativeKernel(kernel.function, *grid, *block, shared_bytes, stream,
-                                                        prepared.pointer)
+        extra = () if cooperative else (0,)
+        status = getattr(self._driver, call)(kernel.function, *grid, *block, shared_bytes, stream, prepared.pointer,
+                                             *extra)
         if int(status[0]) != 0:
-            _check(status, f"cuLaunchCooperativeKernel({kernel.name})")
+            _check(status, f"{call}({kernel.name})")
 
     def alloc(self, nbytes: int) -> int:
         self._make_current()

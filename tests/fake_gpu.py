@@ -177,6 +177,10 @@ class FakeGPU:
             if spec.name in written:
                 self.copy_to_device(self._bound[spec.name], self._answer()[spec.name])
 
+    def launch_cooperative(self, kernel, grid, block, prepared, shared_bytes: int = 0, stream: int = 0) -> None:
+        """Every block resident at once is what a real device guarantees; here the launch writes the answer."""
+        self.launch_prepared(kernel, grid, block, prepared, shared_bytes, stream)
+
     def _answer(self) -> dict[str, bytes]:
         """The reference outputs of the inputs now on the device, in storage bytes (cached)."""
         inputs = {n: self.copy_from_device(self._bound[n], s.nbytes) for n, s in self.specs.items() if s.role is Role.INPUT}

@@ -20,7 +20,7 @@ def test_every_applicable_instance_matches_reference(problem, gpu_backend):
     assert candidates, "no instance applies"
     cell = (problem.layout, problem.dtype, problem.ndim)
     expected = {f for f in SOLVER.families if cell in SOLVER.supported_cells(f)}
-    # resident refuses problems whose pixels or groups one round cannot hold; every other family applies
+    # resident refuses problems whose units one round cannot hold; every other family applies
     assert expected - {"resident"} <= {c.family for c in candidates} <= expected
     measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=3, warmup=1, seed=7))
     failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
@@ -30,13 +30,16 @@ def test_every_applicable_instance_matches_reference(problem, gpu_backend):
 
 
 # Problems past one round of the resident family's grid (its shared memory holds about 13 MB of each of
-# x and dy): a group spread over many blocks, samples split between blocks, odd sizes, no gamma.
+# x and dy): a group spread over many blocks, samples split between blocks, samples larger than a round
+# (taken a block of whole groups' channels at a time), odd sizes, no gamma.
 RESIDENT_ROUNDS = [
     (Layout.NGCHW, DType.FP16, "N=1,C=32,G=8,input=700x701"),
     (Layout.NHWGC, DType.FP32, "N=6,C=96,G=12,input=111x113"),
     (Layout.NGCHW, DType.BF16, "N=3,C=40,G=5,input=333x335"),
     (Layout.NHWGC, DType.BF16, "N=5,C=36,G=6,input=301x299"),
     (Layout.NGCHW, DType.FP32, "N=40,C=24,G=3,input=100x99,affine=0"),
+    (Layout.NHWGC, DType.FP32, "N=1,C=288,G=8,input=204x204"),  # a sample in blocks of whole groups
+    (Layout.NHWGC, DType.FP16, "N=2,C=192,G=24,input=300x211"),  # the same, 8 channels a group
 ]
 
 

@@ -235,6 +235,7 @@ def test_launch_plans_per_family():
     ("N=32,C=256,G=32,input=56x56", Layout.NGCHW, DType.FP16),  # 4 rounds of whole groups
     ("N=1,C=128,G=32,input=512x512", Layout.NGCHW, DType.BF16),  # a group over dozens of blocks
     ("N=5,C=36,G=6,input=301x299", Layout.NHWGC, DType.BF16),  # samples split between blocks
+    ("N=1,C=288,G=8,input=204x204", Layout.NHWGC, DType.FP32),  # a sample in blocks of whole groups
     ("N=64,C=320,G=32,input=11x11", Layout.NGCHW, DType.FP32),  # one round, many small groups a block
 ])
 def test_resident_rounds_cover_every_unit(spec, layout, dtype):
@@ -252,6 +253,8 @@ def test_resident_rounds_cover_every_unit(spec, layout, dtype):
         assert plan.share <= plan.cap and plan.share % plan.gran == 0
         assert plan.share * plan.blocks >= plan.round_units * plan.unit_vecs  # the shares cover the round
         assert plan.unit_vecs * plan.units * inst.params.vector == p.numel
+        if layout is Layout.NHWGC:  # a unit is a sample's block of whole groups' channels, a pixel a share's grain
+            assert plan.gran * inst.params.vector * (plan.units // p.N) == p.C
         assert plan.shared_bytes <= DEFAULT_TARGET.shared_optin
         assert max(rows_per_block(inst.params, p, plan)) <= ROWS_CAP
         launch = next(s for s in SOLVER.launch_plan(inst.family, inst.params, p).steps if isinstance(s, Launch))
@@ -296,12 +299,24 @@ def test_cooperative_launches_go_through_the_backends_cooperative_call():
 
 def test_resident_refuses_what_it_cannot_hold_and_other_vendors():
     from factory.device import target_for_device
+    from factory.ops.groupnorm_bwd.resident import rounds
 
-    huge = parse_groupnorm_problem("N=1,C=512,G=32,input=491x491", Layout.NHWGC, DType.FP16)
-    reasons = {r.reason for r in explain(huge) if r.instance.family == "resident" and r.instance.cell_matches(huge)}
+    group = parse_groupnorm_problem("N=1,C=32,G=8,input=1500x1501", Layout.NGCHW, DType.FP16)  # 18 MB a group
+    reasons = {r.reason for r in explain(group) if r.instance.family == "resident" and r.instance.cell_matches(group)
+               and group.spatial % r.instance.params.vector == 0}
     assert reasons and all("exceed the grid's shared memory" in r for r in reasons)
-    wide = parse_groupnorm_problem("N=1,C=4096,G=32,input=3x5", Layout.NHWGC, DType.FP16)
-    assert not [i for i in lookup(wide) if i.family == "resident"]  # 2048 channel vectors a pixel
+    # NHWGC: a sample larger than a round, or wider than a block, is taken a block of whole groups at a time
+    for spec in ("N=1,C=512,G=32,input=491x491", "N=1,C=4096,G=32,input=3x5"):
+        p = parse_groupnorm_problem(spec, Layout.NHWGC, DType.FP16)
+        found = [i for i in lookup(p) if i.family == "resident"]
+        assert found
+        for inst in found:
+            plan = rounds(inst.params, p, DEFAULT_TARGET)
+            channels = plan.gran * inst.params.vector
+            assert channels < p.C and p.C % channels == 0 and channels % p.per_group == 0
+            assert channels * 2 >= 32 and plan.units == p.N * p.C // channels
+    thin = parse_groupnorm_problem("N=1,C=32,G=2,input=2000x2000", Layout.NHWGC, DType.FP16)  # 32-byte rows
+    assert not [i for i in lookup(thin) if i.family == "resident"]
     p = parse_groupnorm_problem("N=4,C=64,G=8,input=32x32", Layout.NGCHW, DType.FP16)
     assert [i for i in lookup(p) if i.family == "resident"]
     amd = target_for_device("gfx90a", 104)

@@ -2,8 +2,9 @@
 sums and dx (templates/groupnorm_bwd/resident.hip.j2).
 
 A persistent grid (blocks_per_sm blocks on every SM, launched cooperatively so all are resident) takes
-the tensor in rounds of whole units: an (n, g) group in NGCHW, a sample in NHWGC (a group's channels
-there are a strided slice of every pixel; a sample is contiguous). A round holds as many units as the
+the tensor in rounds of whole units: an (n, g) group in NGCHW; in NHWGC a sample (contiguous; a group's
+channels are a strided slice of every pixel), or a sample's block of whole groups' channels where a sample
+is more than a round holds. A round holds as many units as the
 grid's shared memory takes; each block sums its share per (n, c) while copying it into shared memory,
 the sums meet in the workspace, a grid barrier ends the round's sums, and dx is written from shared
 memory. DRAM traffic is the floor's 3 transfers where `fused` moves 5; the cost is a barrier per round
@@ -24,13 +25,15 @@ from .common import GroupNormFamily, gn_args
 from .problem import GroupNormProblem
 
 FINISH_THREADS = 256  # threads per block of kf_resident_finish (dgamma, dbeta)
-ROWS_CAP = 2048  # (n, c) row sums a block keeps per round; also its (n, g) coefficients
+ROWS_CAP = 2048  # (n, c) row sums a block keeps per round; also its (n, g) coefficients (in NHWGC first its
+# threads' channel sums, THREADS * VEC pairs: the template asserts they fit)
 PAIR_BYTES = 8  # a float pair in shared memory
+SECTOR_BYTES = 32  # NHWGC units narrower than all C: their pixel rows stay whole DRAM sectors
 # NHWGC: a thread keeps its VEC channels' sums, means and dx coefficients in registers; at 64 registers a
 # thread wider vectors spill (H100, seed-31 and suite problems: vector 4 1.2-1.6x, 8 2.2-3.4x the best).
 NHWGC_MAX_VECTOR = 2
 # The heuristic, fitted on the best resident instance of the H100 suite + 60 random problems of seed 31
-# (bench/NOTES.md 30): a round costs about 15 us beyond streaming its bytes (the grid barrier, the
+# (bench/NOTES.md 30, the runs before the sums lost their shared-memory atomics): a round costs about 15 us beyond streaming its bytes (the grid barrier, the
 # blocks reading, summing, then writing in step); narrow vectors cost more (geomean of each point's time
 # over the problem's best resident time, by layout).
 ROUND_US = 15.0
@@ -93,28 +96,45 @@ def block_shared_bytes(params: ResidentParams, target: DeviceTarget) -> int:
 
 
 def rounds(params: ResidentParams, problem: GroupNormProblem, target: DeviceTarget) -> Rounds:
-    """The grid, each block's capacity, and the units a round takes (0 when one unit does not fit)."""
+    """The grid, each block's capacity, and the units a round takes (0 when no unit fits)."""
     vec_bytes = params.vector * problem.dtype.tensor.nbytes
     shared = block_shared_bytes(params, target)
     cap = max(0, (shared - 2 * ROWS_CAP * PAIR_BYTES) // (2 * vec_bytes))
-    if problem.layout is Layout.NHWGC:
-        gran = problem.C // params.vector  # a pixel's vectors
-        unit_vecs, units = problem.spatial * gran, problem.N
-    else:
-        gran = 32  # a warp's load
-        unit_vecs, units = problem.per_group * problem.spatial // params.vector, problem.N * problem.G
     blocks = target.processors * params.blocks_per_sm
-    usable = cap // gran * gran
-    round_units = min(units, blocks * usable // unit_vecs)
-    used = 2 * cap * vec_bytes + 2 * ROWS_CAP * PAIR_BYTES
-    return Rounds(blocks, cap, unit_vecs, units, round_units, gran, used)
+    plan = None
+    for unit_vecs, units, gran in _unit_shapes(params, problem):
+        round_units = min(units, blocks * (cap // gran * gran) // unit_vecs)
+        plan = Rounds(blocks, cap, unit_vecs, units, round_units, gran, 2 * cap * vec_bytes + 2 * ROWS_CAP * PAIR_BYTES)
+        if round_units >= 1:
+            break
+    assert plan is not None
+    return plan
+
+
+def _unit_shapes(params: ResidentParams, problem: GroupNormProblem) -> list[tuple[int, int, int]]:
+    """(vectors a unit, units, vectors a share is a multiple of), the preferred first. NGCHW: an (n, g)
+    group. NHWGC: a sample's block of channels, all C first, then fewer whole groups (a divisor of G)
+    down to the narrowest whose pixel rows are still a 32-byte sector, for samples a round cannot hold
+    or pixels wider than a block's threads."""
+    S, v = problem.spatial, params.vector
+    if problem.layout is not Layout.NHWGC:
+        return [(problem.per_group * S // v, problem.N * problem.G, 32)]
+    shapes = []
+    for groups in sorted((d for d in range(1, problem.G + 1) if problem.G % d == 0), reverse=True):
+        channels = groups * problem.per_group
+        narrow = groups < problem.G and channels * problem.dtype.tensor.nbytes < SECTOR_BYTES
+        if channels % v or narrow or channels // v > params.threads:
+            continue
+        shapes.append((S * channels // v, problem.N * (problem.G // groups), channels // v))
+    return shapes or [(S * problem.C // v, problem.N, problem.C // v)]
 
 
 def rows_per_block(params: ResidentParams, problem: GroupNormProblem, plan: Rounds) -> tuple[int, int]:
     """(the most (n, c) rows of whole groups, the most (n, g) groups) one block's share of a round touches."""
     if problem.layout is Layout.NHWGC:
-        samples = math.ceil(plan.share // plan.gran / problem.spatial) + 1
-        return samples * problem.C, samples * problem.G
+        units = math.ceil(plan.share // plan.gran / problem.spatial) + 1
+        channels = plan.gran * params.vector
+        return units * channels, units * channels // problem.per_group
     rows = math.ceil(plan.share * params.vector / problem.spatial) + 1
     return rows + 2 * problem.per_group, rows  # the rows of the share's whole groups
 
@@ -137,9 +157,10 @@ class Resident(GroupNormFamily):
 
     def why_not_here(self, params: ResidentParams, problem: GroupNormProblem, target: DeviceTarget) -> str | None:
         plan = rounds(params, problem, target)
-        unit = "sample" if problem.layout is Layout.NHWGC else "(n, g) group"
+        unit = "sample's block of channels" if problem.layout is Layout.NHWGC else "(n, g) group"
         if problem.layout is Layout.NHWGC and plan.gran > params.threads:
-            return f"C/vector = {plan.gran} channel vectors a pixel; a block of {params.threads} threads loads whole pixels"
+            return (f"{plan.gran} channel vectors a pixel of a unit; a block of {params.threads} threads "
+                    "loads whole pixels")
         if plan.round_units < 1:
             vec_bytes = params.vector * problem.dtype.tensor.nbytes
             return (f"one {unit}'s x and dy ({2 * plan.unit_vecs * vec_bytes // 1024} KiB) exceed the grid's "

@@ -140,7 +140,13 @@ CASES = [
          lambda p: p.groups_per_tile == 4),
     Case("mma-gnhwc-fp32-1d-groups-per-tile", "mma", L.GNHWC, D.FP32, "N=8,G=3,C=4,K=8,input=130,filter=5,pad=2,stride=2", R.ATOMIC,
          lambda p: p.groups_per_tile == 2),
+    # 1x1 layers channels-last (dense, strided, dilated), and a wgmma and an mfma one.
+    Case("mma-nhwgc-fp16-1x1", "mma", L.NHWGC, D.FP16, "N=3,G=2,C=8,K=24,input=17x15,filter=1x1", R.TWOSTAGE),
+    Case("mma-gnhwc-bf16-3d-1x1", "mma", L.GNHWC, D.BF16, "N=2,G=2,C=16,K=8,input=5x6x7,filter=1x1x1", R.ATOMIC),
+    Case("mma-nhwgc-fp32-1x1-s2", "mma", L.NHWGC, D.FP32, "N=2,G=1,C=8,K=8,input=17x15,filter=1x1,stride=2", R.DIRECT),
+    Case("mma-gnhwc-bf16-1d-1x1-d2", "mma", L.GNHWC, D.BF16, "N=2,G=3,C=8,K=8,input=37,filter=1,dilation=2", R.DIRECT),
     # wgmma: the same engine with warpgroup tiles in swizzled shared memory (the portable product here).
+    Case("wgmma-nhwgc-fp16-1x1", "wgmma", L.NHWGC, D.FP16, "N=5,G=1,C=64,K=72,input=9x11,filter=1x1", R.TWOSTAGE),
     Case("wgmma-nhwgc-fp16-2d", "wgmma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("wgmma-gnhwc-bf16-1d-d2", "wgmma", L.GNHWC, D.BF16, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
     Case("wgmma-nhwgc-bf16w-3d-c3", "wgmma", L.NHWGC, D.BF16_FP32W, "N=1,G=2,C=3,K=5,input=8x8x9,filter=3x3x3,pad=1", R.ATOMIC),
@@ -166,6 +172,7 @@ CASES = [
     Case("mfma-gkyxc-bf16w-3d", "mfma", L.NGCHW_GKYXC, D.BF16_FP32W, "N=2,G=1,C=3,K=4,input=5x6x8,filter=3x3x3,pad=1", R.ATOMIC),
     Case("mfma-gnhwc-fp32-1d-d2", "mfma", L.GNHWC, D.FP32, "N=2,G=3,C=8,K=8,input=300,filter=5,pad=4,dilation=2", R.ATOMIC),
     Case("mfma-nhwgc-fp32-3d-c3", "mfma", L.NHWGC, D.FP32, "N=1,G=2,C=3,K=5,input=8x8x9,filter=3x3x3,pad=1", R.DIRECT),
+    Case("mfma-nhwgc-fp16-1x1", "mfma", L.NHWGC, D.FP16, "N=3,G=2,C=8,K=24,input=17x15,filter=1x1", R.ATOMIC),
     Case("mfma-nhwgc-bf16-2d-k40-wide", "mfma", L.NHWGC, D.BF16, "N=3,G=1,C=24,K=40,input=13x11,filter=3x3,pad=1", R.ATOMIC,
          lambda p: p.block_m == 128 and p.vector_b == 8),
 ]

@@ -200,3 +200,44 @@ def test_every_winner_the_package_ships_is_servable_with_today_s_code(monkeypatc
         if refusals:
             stale.append(f"{winner.problem_key}: {refusals[0].message}")
     assert stale == [], f"{len(stale)} of {len(winners)} shipped winners are no longer served:\n" + "\n".join(stale[:10])
+
+
+def test_retime_changed_winners_times_a_winner_of_changed_code_again(monkeypatch, tmp_path, capsys):
+    """scripts/retime_changed_winners.py: a winner measured on code its instance no longer renders is
+    not served; the script times the same instance on today's code and it is served again. Winners of
+    current code are left as they are; a missing DB is one line and exit 2."""
+    import runpy
+    import sqlite3
+    import sys
+    from pathlib import Path
+
+    isolate(monkeypatch, tmp_path)
+    path = tmp_path / "tuned.sqlite"
+    db = TuningDB(str(path))
+    winner = api.tune_problem(PROBLEM, FakeGPU(PROBLEM), db, SETTINGS).winner
+    db.close()
+    with sqlite3.connect(path) as conn:  # the template changed since this time was taken
+        conn.execute("UPDATE measurements SET source_hash = ? WHERE instance = ?", ("0" * 64, winner.instance))
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *args, **kwargs: FakeGPU(PROBLEM))
+    script = str(Path(__file__).parent.parent / "scripts" / "retime_changed_winners.py")
+
+    def run(*args: str) -> int:
+        monkeypatch.setattr(sys, "argv", ["retime_changed_winners.py", *args])
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(script, run_name="__main__")
+        return ended.value.code
+
+    db = TuningDB(str(path))
+    assert db.best(PROBLEM.key, DEVICE).source_hash == "0" * 64
+    db.close()
+    assert run("--db", str(path), "--reps", "5") == 0
+    out = capsys.readouterr().out
+    assert f"{PROBLEM.key} {winner.instance}:" in out and "timed 1 winners of changed code (0 failed" in out
+    db = TuningDB(str(path))
+    now = db.best(PROBLEM.key, DEVICE)
+    db.close()
+    assert now.instance == winner.instance and now.source_hash not in (None, "0" * 64)
+    assert run("--db", str(path)) == 0  # nothing left to time
+    assert "timed 0 winners" in capsys.readouterr().out
+    assert run("--db", str(tmp_path / "missing.sqlite")) == 2
+    assert "no such tuning database" in capsys.readouterr().err

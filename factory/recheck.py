@@ -4,9 +4,11 @@ A winner's time goes stale when drivers, clocks or neighbours change; a winner t
 verification is worse than stale. Each winner recorded on this device is timed again through the
 tuner (one candidate, the same timing and verification as a tune); one slower than `threshold` x its
 recorded time, or failing now, is re-tuned from scratch the way `kfactory tune --fresh` does.
-Winners that are not served here (another device identity, an instance that left the catalog — a
-renamed or removed family is named — or no longer applies, a time measured on older or unknown code)
-are reported with the reasons, not timed.
+A winner of this device whose time was measured on older or unknown code (a template changed since:
+the DB no longer serves it) is timed the same way on today's code; within the threshold it is served
+again, otherwise re-tuned. Winners that are not served here for other reasons (another device
+identity, an instance that left the catalog — a renamed or removed family is named — or no longer
+applies) are reported with the reasons, not timed.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .api import tune_problem
+from .api import candidate_code, tune_problem
 from .backends import Backend
 from .catalog import instance_by_name
 from .device import target_for
-from .selector import Refusal, UnreadableKey, device_refusals, lookup, problem_from_key, serving_refusals
+from .selector import Refusal, Refused, UnreadableKey, device_refusals, lookup, problem_from_key, serving_refusals
 from .shipped import ShippedWinner
 from .sources import hash_of
 from .tuner import Progress, TuneSettings, tune
@@ -28,10 +30,13 @@ from tuning_db import Measurement, TuningDB, Winner
 from tuning_db.devices import mismatches
 
 DEFAULT_THRESHOLD = 1.25
+# Refusals that timing the same instance on today's code answers.
+CODE_CHANGED = frozenset({Refused.OLDER_CODE, Refused.UNKNOWN_CODE})
 
 
 class Action(enum.Enum):
     KEPT = "kept"  # verified now, within the threshold
+    RETIMED = "retimed"  # measured on older code; verified on today's, within the threshold: served again
     RETUNED = "retuned"  # slower than the threshold or failing now; tuned again
     RETUNE_FAILED = "retune_failed"  # tuned again, but no candidate verified
     NOT_SERVED = "not_served"  # not servable on this device; left alone
@@ -53,7 +58,7 @@ class Recheck:
     now: Measurement | None = None  # the re-timing; None when not timed
     trigger: Trigger | None = None  # why it was re-tuned
     new_winner: Winner | None = None  # after a re-tune
-    refusals: tuple[Refusal, ...] = ()
+    refusals: tuple[Refusal, ...] = ()  # why it is not served; for a winner of older code, that (then timed)
     unreadable: str | None = None  # the stored problem key does not parse back
 
     @property
@@ -88,23 +93,28 @@ def recheck_winners(
                                    unreadable=str(exc)))
             continue
         candidates = {c.name: c for c in lookup(problem, target=target_for(device))}
-        refusals = device_refusals(winner, mismatches(winner.device, device))
-        refusals += serving_refusals(problem, winner, candidates, target_for(device))
-        if refusals:
+        refusals = tuple(device_refusals(winner, mismatches(winner.device, device)) +
+                         serving_refusals(problem, winner, candidates, target_for(device)))
+        code_changed = bool(refusals) and all(r.kind in CODE_CHANGED for r in refusals)
+        if refusals and not code_changed:
             results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED,
-                                   refusals=tuple(refusals)))
+                                   refusals=refusals))
             continue
         instance = candidates[winner.instance]
         [now] = tune(problem, [instance], backend, settings)
         now = dataclasses.replace(now, source_hash=hash_of(instance))
         db.record(problem.key, problem.op.value, device, [now])
         if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
-            results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.KEPT, now))
+            if code_changed:  # the older code's winner row gives way to today's measurement
+                db.decide(problem.key, device, candidate_code(problem, device))
+            results.append(Recheck(problem.key, winner.instance, winner.median_us,
+                                   Action.RETIMED if code_changed else Action.KEPT, now, refusals=refusals))
             continue
         trigger = Trigger.SLOWER if now.verified and now.median_us is not None else Trigger.FAILS
         outcome = tune_problem(problem, backend, db, settings, progress, fresh=True)
         action = Action.RETUNED if outcome.winner is not None else Action.RETUNE_FAILED
-        results.append(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner))
+        results.append(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner,
+                               refusals=refusals))
     return results
 
 
@@ -116,6 +126,8 @@ def describe(result: Recheck) -> str:
         return "not served: " + "; ".join(r.message for r in result.refusals)
     if result.action is Action.KEPT:
         return "kept"
+    if result.action is Action.RETIMED:
+        return "measured on older code; timed on today's code: served again"
     why = ("slower than the threshold" if result.trigger is Trigger.SLOWER
            else f"fails now ({(result.now.error if result.now else None) or 'not verified'})")
     if result.action is Action.RETUNE_FAILED:
@@ -137,7 +149,8 @@ def as_record(result: Recheck) -> dict[str, Any]:
         "error": result.now.error if result.now is not None else None,
         "new_winner": result.new_winner.instance if result.new_winner else None,
         "new_winner_us": result.new_winner.median_us if result.new_winner else None,
-        "not_served": [_refusal_record(r) for r in result.refusals],
+        "not_served": [_refusal_record(r) for r in result.refusals] if result.action is Action.NOT_SERVED else [],
+        "code_changed": result.action is not Action.NOT_SERVED and bool(result.refusals),
         "unreadable": result.unreadable,
         "detail": describe(result),
     }
@@ -175,7 +188,6 @@ def retime_shipped(
     """Time each winner shipped from a device similar to this one (factory.shipped), once, on this
     GPU; record the measurement in `db` and re-decide this device's winner among the problem's
     current candidates, so a verified one is served here from then on (a faster own winner stays)."""
-    from .api import candidate_code
     from .shipped import shipped_winners
 
     device = backend.device_info()

@@ -20,7 +20,7 @@ from factory import api, cli
 from factory.api import NotTuned, select
 from factory.catalog import all_instances, instance_by_name
 from factory.problem import DType, Layout, parse_conv_problem
-from factory.recheck import Action, recheck_winners
+from factory.recheck import Action, as_record, recheck_winners
 from factory.selector import SERVED, Refused, heuristic_pick, lookup, stored_choice
 from factory.sources import hash_of
 from fake_gpu import FAKE_TARGET, DEVICE, SETTINGS, FakeGPU, code_of, fake_us, isolate
@@ -258,16 +258,22 @@ def test_select_reads_the_db_once_until_it_changes_and_sees_other_writers(tmp_pa
 
 
 # --- db verify ------------------------------------------------------------------------------------
-def test_verify_names_a_renamed_family_and_older_code(tmp_path):
+def test_verify_names_a_renamed_family_and_times_a_winner_of_older_code_again(tmp_path):
     renamed = TUNED.replace(f"_{instance_by_name(TUNED).family}_", "_oldfamily_", 1)
     other = parse_conv_problem("N=1,G=4,C=1,K=1,input=8x8,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
     stale = lookup(other, target=FAKE_TARGET)[0].name
     with TuningDB(str(tmp_path / "v.sqlite")) as db:
         db.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [ok(renamed, 1.0, OLD_CODE)])
-        db.record(other.key, other.op.value, DEVICE, [ok(stale, 1.0, OLD_CODE)])
-        rows = {r.problem_key: r for r in recheck_winners(db, FakeGPU(PROBLEM), settings=SETTINGS)}
+        db.record(other.key, other.op.value, DEVICE, [ok(stale, 1e6, OLD_CODE)])  # today's code is no slower
+        assert db.best(other.key, DEVICE).source_hash == OLD_CODE
+        rows = {r.problem_key: r for r in recheck_winners(db, FakeGPU(other), settings=SETTINGS)}
+        # The winner of older code was timed on today's code and is served again; the other stays out.
+        served = db.best(other.key, DEVICE)
+        assert served.instance == stale and served.source_hash == code_of(stale)
     gone, old = rows[PROBLEM.key], rows[other.key]
-    assert gone.action is old.action is Action.NOT_SERVED
+    assert gone.action is Action.NOT_SERVED
+    assert old.action is Action.RETIMED and old.now is not None and old.now.verified
+    assert as_record(old)["not_served"] == [] and as_record(old)["code_changed"] is True
     [why] = gone.refusals
     assert why.kind is Refused.NOT_IN_CATALOG
     assert why.message.startswith("its instance is no longer in the catalog: family 'oldfamily' is not one of "

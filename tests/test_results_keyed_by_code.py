@@ -20,7 +20,7 @@ from factory import api, cli
 from factory.api import NotTuned, select
 from factory.catalog import all_instances, instance_by_name
 from factory.problem import DType, Layout, parse_conv_problem
-from factory.recheck import Action, as_record, recheck_winners
+from factory.recheck import Action, Trigger, as_record, recheck_winners
 from factory.selector import SERVED, Refused, heuristic_pick, lookup, stored_choice
 from factory.sources import hash_of
 from fake_gpu import FAKE_TARGET, DEVICE, SETTINGS, FakeGPU, code_of, fake_us, isolate
@@ -282,6 +282,19 @@ def test_verify_names_a_renamed_family_and_times_a_winner_of_older_code_again(tm
     [why] = old.refusals
     assert why.kind is Refused.OLDER_CODE and why.recorded == OLD_CODE
 
+
+def test_verify_retunes_a_winner_of_older_code_that_today_s_code_made_slower(tmp_path):
+    """Older code recorded far faster than today's code runs: the winner is not served again on its
+    old time; the problem is tuned afresh, as for a winner of current code that got slower."""
+    other = parse_conv_problem("N=1,G=4,C=1,K=1,input=8x8,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    stale = lookup(other, target=FAKE_TARGET)[0].name
+    with TuningDB(str(tmp_path / "v.sqlite")) as db:
+        db.record(other.key, other.op.value, DEVICE, [ok(stale, 1e-6, OLD_CODE)])
+        [row] = recheck_winners(db, FakeGPU(other), settings=SETTINGS)
+        served = db.best(other.key, DEVICE)
+    assert row.action is Action.RETUNED and row.trigger is Trigger.SLOWER
+    assert as_record(row)["code_changed"] is True and row.new_winner is not None
+    assert served.source_hash is not None and served.source_hash != OLD_CODE
 
 def test_every_catalog_instance_renders_a_distinct_hash_per_name():
     sample = all_instances()[::500]

@@ -21,6 +21,7 @@ from ..base import I32, Buf, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
+from .split_model import GEMM_SPLITS
 from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily,
                      Reduction, check_split, reduction_length)
 
@@ -219,7 +220,6 @@ class Mma(BwdWeightFamily):
                       (args, I32(r_per_split), I32(wei_numel)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
-        blocks = _tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile) * p.split_k
         rows, cols = _gemm_shape(p, problem)
         # The products that count: of groups_per_tile groups side by side only the diagonal is stored, so
         # 1/gt of a tile's work is wanted. Counting the whole tile made gt4 the pick where it ran 1.6x
@@ -236,8 +236,22 @@ class Mma(BwdWeightFamily):
         # Measured on the H100 (NGCHW fp16): the transposing pass wins where filters have taps (grouped
         # 3x3: 163 vs 285 us, 132 vs 216 us) and loses on 1x1 (80 vs 52 us), whose rows chunk well.
         staged = (0.4 if problem.filter_volume > 1 else -0.4) if p.transpose else 0.0
-        return (2.0 + used + wide - deep + narrow_index + staged + self.split_fill(blocks, target)
+        return (2.0 + used + wide - deep + narrow_index + staged + self.split_score(p, problem, target)
                 - self.reduction_penalty(p, problem))
+
+    def split_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        """How the tile fills the device at the split the time model prefers (split_model), less log2 of
+        how much slower the model finds this split. On the H100 the model picked within 1.032x of each
+        tile's best split (worst 1.67x; 1,283 tiles of the suite and seeds 21-22), where the fill alone
+        picked within 1.064x (worst 3.12x); on 640 tiles of seeds 23 and 41, looked at after the fit,
+        1.029x (worst 1.54x) against 1.065x (2.86x)."""
+        base = _tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile)
+        steps = math.ceil(reduction_length(problem) / p.block_k)
+        rows, cols = _gemm_shape(p, problem)
+        outputs = rows * cols * math.ceil(problem.G / p.groups_per_tile)
+        best = GEMM_SPLITS.best(base, steps, outputs, target.processors)
+        return (self.split_fill(base * best, target)
+                - GEMM_SPLITS.lost(base, steps, outputs, p.split_k, target.processors))
 
     def split_fill(self, blocks: int, target: DeviceTarget) -> float:
         """Up to 1 at two blocks an SM, then 0.2 less per doubling: past that, split-K only shortens each

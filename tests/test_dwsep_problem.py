@@ -154,3 +154,38 @@ def test_suite_refuses_a_layout_without_kernels(tmp_path):
                     'layouts = ["GNHWC"] } ]\n')
     with pytest.raises(BenchError, match="dwsep_conv_fwd is benchmarked in NHWGC, NGCHW only"):
         load_suite(path)
+
+
+# --- the prior ---------------------------------------------------------------------------------------
+from factory.device import target_for_device  # noqa: E402
+from factory.ops.dwsep_conv_fwd.fused import Fused, FusedMfma, FusedParams  # noqa: E402
+from factory.selector import heuristic_pick  # noqa: E402
+
+H100 = target_for_device("sm_90", 132)
+
+
+@pytest.mark.parametrize(("layout", "dtype", "spec", "best_chain"), [
+    # Measured on the H100: the prior picked b128x32x32_w4x1 tiles here (32 and 4 depthwise outputs a
+    # thread each step), 4.6x and 2.9x the best; the best tiles compute 8 and 2.
+    (Layout.NGCHW, DType.BF16, "N=2,C=184,K=24,input=84x84,filter=3x3,pad=2,dilation=2,bias_pw=1,act_dw=relu", 8),
+    (Layout.NHWGC, DType.BF16, "N=4,C=888,K=144,input=7x7,filter=3x3,pad=1,act_dw=relu6,act_pw=relu6", 2),
+])
+def test_the_prior_keeps_each_thread_s_depthwise_chain_short(layout, dtype, spec, best_chain):
+    problem = SOLVER.parse_problem(spec, layout, dtype)
+    pick = heuristic_pick(problem, target=H100)
+    assert pick.params.work(layout is Layout.NHWGC)[2] <= best_chain
+
+
+def test_the_depthwise_chain_costs_nothing_up_to_two_outputs_a_thread_and_more_per_doubling_after():
+    problem = SOLVER.parse_problem("N=2,C=64,K=64,input=16x16,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    fused = Fused()
+
+    def cost(block_m: int, block_k: int, vector: int, warps_n: int = 2) -> float:
+        return fused.depthwise_chain(FusedParams(block_m, 64, block_k, 4, warps_n, vector, "k3x3s1x1d1x1"), problem)
+
+    # Channels-last: block_k / vector threads share a position, a thread takes block_m / (threads / that).
+    assert cost(64, 64, 8) == 0.0  # 256 threads, 8 a position: 2 outputs a thread
+    assert cost(128, 64, 8) == pytest.approx(0.3)  # 4 outputs
+    assert cost(128, 32, 2) == pytest.approx(0.6)  # 16 a position: 8 outputs
+    assert cost(128, 32, 8, warps_n=1) == pytest.approx(0.3)  # 128 threads: 4 outputs
+    assert FusedMfma().depthwise_chain(FusedParams(128, 64, 32, 4, 2, 2, "k3x3s1x1d1x1"), problem) == 0.0

@@ -212,7 +212,18 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         used_k = problem.C / (math.ceil(problem.C / p.block_k) * p.block_k)
         blocks = math.ceil(problem.positions / p.block_m) * tiles_n  # tiles: what the blocks share out
         wide = 0.3 * (p.vector * problem.dtype.tensor.nbytes == CHUNK_BYTES_MAX)
-        return used_n + used_k + wide + fill_score(blocks, target) - 0.1 * math.log2(tiles_n)
+        return (used_n + used_k + wide + fill_score(blocks, target) - 0.1 * math.log2(tiles_n)
+                - self.depthwise_chain(p, problem))
+
+    def depthwise_chain(self, p: FusedParams, problem: DwsepProblem) -> float:
+        """0.3 a doubling of the depthwise outputs a thread computes in turn each step, past two: the
+        stage runs before the step's multiplications can start. On the H100 (every candidate of 17
+        problems timed: the suite's 4 rows, 2 of random seed 21, 11 of seed 52; bench/NOTES.md §34) the
+        median candidate with 32 outputs a thread ran 7x its problem's best, with 1-2 outputs 1.4x;
+        the term took the prior's pick from 1.63x the best to 1.16x (worst 6.07x -> 1.70x)."""
+        work = p.work(problem.layout is Layout.NHWGC)
+        items = work[2] if work else 1
+        return 0.3 * max(0.0, math.log2(items / 2))
 
 
 @dataclass(frozen=True)
@@ -230,6 +241,10 @@ class FusedMfma(MfmaRules, Fused):
 
     def why_not(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         return self.bf16_refusal(problem, target) or super().why_not(p, problem, target)
+
+    def depthwise_chain(self, p: FusedParams, problem: DwsepProblem) -> float:
+        # Measured on the H100 only; AMD targets keep the prior without it.
+        return 0.0
 
 
 def _blocks_m(p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> int:

@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -101,7 +102,7 @@ class Worker:
             self._conn.send(job)
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return self._lost_after_death()
-        ready = wait([self._conn, self._process.sentinel], timeout_s)
+        ready = wait_interruptibly([self._conn, self._process.sentinel], timeout_s)
         if self._conn in ready:
             try:
                 reply = self._conn.recv()
@@ -183,7 +184,7 @@ class Worker:
                 parent_end.send(self.spec.payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the child failed before reading it: its report, if any, is read below
-            ready = wait([parent_end, process.sentinel], self.spec.start_timeout_s)
+            ready = wait_interruptibly([parent_end, process.sentinel], self.spec.start_timeout_s)
             message = parent_end.recv() if parent_end in ready else None
         except (ConnectionResetError, EOFError):
             message = None
@@ -208,6 +209,22 @@ class Worker:
         detail = _death(process.exitcode)
         self.kill()
         return WorkerLost(LossKind.DIED, detail)
+
+
+WAIT_SLICE_S = 0.2  # the longest the parent blocks at once while it waits on a child
+
+
+def wait_interruptibly(objects: list[Any], timeout_s: float) -> list[Any]:
+    """multiprocessing's `wait`, in slices of at most WAIT_SLICE_S. A Ctrl-C that the kernel hands to
+    another of the parent's threads (a timer, a compile pool's manager) does not interrupt the main
+    thread's poll; Python raises it only when that thread next runs bytecode, which one poll of a
+    candidate's whole time limit (a minute, say) would delay by as long."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        ready = wait(objects, max(0.0, min(left, WAIT_SLICE_S)))
+        if ready or left <= WAIT_SLICE_S:
+            return ready
 
 
 def _death(exitcode: int | None) -> str:

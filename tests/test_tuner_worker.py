@@ -490,3 +490,20 @@ def test_a_tune_hands_its_worker_the_arrays_through_files(monkeypatch):
     assert len(shared) == 3  # x, the reference and the error scale of y
     assert (ms[0].verified, ms[0].median_us) == (True, 2.0) and not ms[1].verified
     assert not any(os.path.exists(a.path) for a in shared)  # removed once the tune ended
+
+
+def test_a_ctrl_c_that_lands_on_another_thread_interrupts_a_long_wait_on_the_child():
+    # The kernel may hand a process's SIGINT to any thread; Python raises it in the main thread only when
+    # that thread runs bytecode again, so a single poll of a long time limit would sit on it.
+    from factory.worker import wait_interruptibly
+
+    reader, writer = multiprocessing.Pipe(duplex=False)  # nothing is ever written: never ready
+    sender = threading.Thread(target=lambda: (time.sleep(0.3), signal.pthread_kill(threading.get_ident(), signal.SIGINT)))
+    started = time.monotonic()
+    sender.start()
+    with pytest.raises(KeyboardInterrupt):
+        wait_interruptibly([reader], 30.0)
+    sender.join()
+    assert time.monotonic() - started < 5
+    reader.close()
+    writer.close()

@@ -8,7 +8,6 @@ Every layout, rank and float dtype; gfx90a and newer for bf16 (gfx908 lacks the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,7 +15,7 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType
 from ..conv.family import MFMA_TILE, WAVE_LANES, MfmaRules, fill_score
 from .common import ALL_CELLS
-from .mma import Mma, MmaParams, _tiles, gemm_template_values
+from .mma import Mma, MmaParams, gemm_template_values
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32))
 
@@ -44,4 +43,4 @@ class Mfma(MfmaRules, Mma):
 
     def split_score(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         # mma's split rule and time model were measured on the H100 only; AMD targets keep the generic fill.
-        return fill_score(_tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile) * p.split_k, target)
+        return fill_score(self.unsplit_blocks(p, problem) * p.split_k, target)

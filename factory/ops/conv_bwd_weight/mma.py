@@ -21,9 +21,9 @@ from ..base import I32, Buf, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
-from .split_model import GEMM_SPLITS
 from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily,
                      Reduction, check_split, reduction_length)
+from .split_model import GEMM_SPLITS
 
 # The instruction tile of templates/common/mma.h: m16n8k16 for 16-bit operands, m16n8k8 (three TF32
 # products) for fp32, m16n8k32 for int8 and fp8; block_k is a multiple of 16, and of 32 for the k32 forms.
@@ -245,13 +245,17 @@ class Mma(BwdWeightFamily):
         tile's best split (worst 1.67x; 1,283 tiles of the suite and seeds 21-22), where the fill alone
         picked within 1.064x (worst 3.12x); on 640 tiles of seeds 23 and 41, looked at after the fit,
         1.029x (worst 1.54x) against 1.065x (2.86x)."""
-        base = _tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile)
+        base = self.unsplit_blocks(p, problem)
         steps = math.ceil(reduction_length(problem) / p.block_k)
         rows, cols = _gemm_shape(p, problem)
         outputs = rows * cols * math.ceil(problem.G / p.groups_per_tile)
         best = GEMM_SPLITS.best(base, steps, outputs, target.processors)
         return (self.split_fill(base * best, target)
                 - GEMM_SPLITS.lost(base, steps, outputs, p.split_k, target.processors))
+
+    def unsplit_blocks(self, p: MmaParams, problem: ConvProblem) -> int:
+        """The blocks of the launch before split-K multiplies them: tiles x group columns."""
+        return _tiles(p, problem) * math.ceil(problem.G / p.groups_per_tile)
 
     def split_fill(self, blocks: int, target: DeviceTarget) -> float:
         """Up to 1 at two blocks an SM, then 0.2 less per doubling: past that, split-K only shortens each

@@ -9,6 +9,7 @@ split 16 (H100). The model below counts all three, in units of one block's reduc
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -24,23 +25,29 @@ class SplitModel:
     fill_steps: float  # a block's steps of pipeline fill and epilogue
     partial_cost: float  # steps per thousand partial sums an SM adds
 
-    def time(self, blocks: int, steps: float, outputs: int, split: int, processors: int) -> float:
+    def time(self, blocks: int, steps: int, outputs: int, split: int, processors: int) -> float:
         """Waves of resident blocks, each as long as a block's share of the `steps` plus its fill; a
         split above 1 adds `outputs` partial sums a split, spread over the SMs."""
         waves = math.ceil(blocks * split / (self.resident * processors))
         partials = outputs * split / (1000 * processors) if split > 1 else 0.0
         return waves * (math.ceil(steps / split) + self.fill_steps) + partials
 
-    def best(self, blocks: int, steps: float, outputs: int, processors: int) -> int:
-        """The split of SPLITS (at most `steps`, at least 1) the model finds fastest."""
-        usable = [s for s in SPLITS if s <= max(steps, 1)]
-        return min(usable, key=lambda s: self.time(blocks, steps, outputs, s, processors))
+    def best(self, blocks: int, steps: int, outputs: int, processors: int) -> int:
+        """The split of SPLITS (at most `steps`, at least 1) the model finds fastest. Every split of one
+        tile asks the same question, and the prior scores hundreds of candidates per problem: cached."""
+        return _best(self, blocks, steps, outputs, processors)
 
-    def lost(self, blocks: int, steps: float, outputs: int, split: int, processors: int) -> float:
+    def lost(self, blocks: int, steps: int, outputs: int, split: int, processors: int) -> float:
         """log2 of how much slower the model finds `split` than its best split."""
         best = self.best(blocks, steps, outputs, processors)
         return math.log2(self.time(blocks, steps, outputs, split, processors)
                          / self.time(blocks, steps, outputs, best, processors))
+
+
+@functools.lru_cache(maxsize=4096)
+def _best(model: SplitModel, blocks: int, steps: int, outputs: int, processors: int) -> int:
+    usable = [s for s in SPLITS if s <= max(steps, 1)]
+    return min(usable, key=lambda s: model.time(blocks, steps, outputs, s, processors))
 
 
 # Implicit GEMM on NVIDIA matrix instructions (mma, wgmma): a step is block_k reduction rows; outputs are

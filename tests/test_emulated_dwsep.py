@@ -1,7 +1,8 @@
 """dwsep_conv_fwd kernels run on the host (kernel_emulator) against the numpy reference, without a GPU.
 
 The cases reach both families (fused_mfma picked for gfx90a), both layouts, every dtype and rank, odd C
-and K, stride 2, dilation, padding past the filter's half, N=1, biases and each activation. One case runs
+and K, stride 2, dilation, padding past the filter's half, N=1, biases and each activation, inputs held a
+step ahead and read tap by tap, and a 7x7 filter (per-axis tap masks: over 32 taps). One case runs
 with fewer blocks than position tiles (each block then takes several tiles in turn, its next tile's
 inputs loaded ahead), and a broken launch plan (a channel tile left out) shows the checks can fail.
 """
@@ -55,6 +56,8 @@ CASES = [
          lambda p: p.vector == 1),
     Case("fused-ngchw-fp16-1d-7", "fused", L.NGCHW, D.FP16, "N=4,C=40,K=36,input=100,filter=7,pad=3,bias_dw=1",
          lambda p: p.block_k == 32),
+    Case("fused-ngchw-bf16-2d-7x7", "fused", L.NGCHW, D.BF16, "N=2,C=19,K=11,input=9x8,filter=7x7,pad=3,act_dw=relu",
+         lambda p: p.block_m == 128 and p.vector == 1),
     Case("fused_mfma-nhwgc-fp16-2d", "fused_mfma", L.NHWGC, D.FP16, "N=2,C=24,K=20,input=7x6,filter=3x3,pad=1,bias_pw=1",
          lambda p: p.vector == 8),
     Case("fused_mfma-ngchw-bf16-1d", "fused_mfma", L.NGCHW, D.BF16, "N=1,C=12,K=18,input=21,filter=5,stride=2,pad=2"),

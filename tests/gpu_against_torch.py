@@ -2,35 +2,15 @@
 
 from typing import Any, Sequence
 
-import numpy as np
-
 from factory.api import SelectMode, select
 from factory.backends import BackendKind
 from factory.compile_cache import CompileJob, compile_many
-from factory.bench.check import agreement_floor, compare_outputs
+from factory.bench.check import agreement_floor, compare_outputs, matches_reference
 from factory.bench.runner import make_tensors, poison
 from factory.ops import solver_for
 from factory.ops.base import Role
 from factory.problem import UnsupportedProblem
-from factory.verify import Verdict, reference_outputs, verify
 from factory.sources import source_of
-
-
-def exact_host_values(tensor: Any) -> np.ndarray:
-    """A CUDA tensor's exact values as a float64 (or int64) host array, as references take them."""
-    if tensor.is_floating_point():
-        return tensor.detach().double().cpu().numpy()  # bf16 and fp16 widen exactly
-    return tensor.detach().cpu().numpy().astype(np.int64)
-
-
-def matches_reference(solver: Any, problem: Any, specs: Sequence[Any], tensors: dict) -> Verdict:
-    """Our outputs against the float64 reference on the same inputs: the arbiter when PyTorch and we
-    disagree (PyTorch's own result is not exact either; bf16 9x9 depthwise-separable blocks, for one,
-    put its two rounded calls further from the exact result than our one rounding)."""
-    values = {s.name: exact_host_values(tensors[s.name]) for s in specs if s.role is Role.INPUT}
-    ref, abs_ref = reference_outputs(solver, problem, values)
-    outputs = {s.name: exact_host_values(tensors[s.name]) for s in specs if s.role is Role.OUTPUT}
-    return verify(solver, problem, outputs, ref, abs_ref)
 
 
 def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int) -> tuple[int, list[str]]:

@@ -305,6 +305,29 @@ def test_wrong_result_is_reported_and_gets_no_speed():
     assert row.torch is not None and "wrong: grad_weight: max relative error" in row.note
 
 
+def test_pytorch_off_and_ours_exact_is_ok_with_a_note(monkeypatch):
+    """Where PyTorch's result is the one further from the float64 reference, the row keeps its speed."""
+    import factory.bench.runner as runner
+    from factory.ops.base import TorchBaseline
+
+    class OffBaseline:
+        """conv_bwd_weight whose PyTorch result is 5 % off (as a twice-rounded bf16 result can be)."""
+
+        def torch_baseline(self, problem, inputs):
+            true = CONV.torch_baseline(problem, inputs)
+            return TorchBaseline(run=true.run, outputs=lambda: {k: v * 1.05 for k, v in true.outputs().items()})
+
+        def __getattr__(self, name):
+            return getattr(CONV, name)
+
+    monkeypatch.setattr(runner, "solver_for", lambda op: OffBaseline())
+    row = bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(ReferenceKernel, 10.0, 20.0))
+    assert row.status is Status.OK and row.speedup == pytest.approx(2.0)
+    assert row.note.startswith("PyTorch differs (grad_weight: max relative error") and "ours matches the float64" in row.note
+    wrong = bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(lambda p: ReferenceKernel(p, factor=0.95)))
+    assert wrong.status is Status.WRONG and "against the float64 reference" in wrong.note
+
+
 def test_unwritten_output_is_wrong():
     class Lazy(ReferenceKernel):
         def run(self, stream=None, **tensors):

@@ -1,15 +1,16 @@
-"""The arbiter of the GPU tests against PyTorch (tests/gpu_against_torch.matches_reference), on the CPU:
+"""The arbiter where PyTorch and we disagree (factory.bench.check.matches_reference: `kfactory bench` and
+the GPU tests against PyTorch use it), on the CPU:
 PyTorch's own result passes it, and a result off by more than the tolerance does not."""
 
 from __future__ import annotations
 
 import pytest
 
+from factory.bench.check import matches_reference
 from factory.bench.runner import make_tensors
 from factory.ops.base import Role
 from factory.ops.dwsep_conv_fwd import SOLVER
 from factory.problem import DType, Layout
-from gpu_against_torch import matches_reference
 
 torch = pytest.importorskip("torch")
 

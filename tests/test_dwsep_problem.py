@@ -3,6 +3,8 @@ the cells that have kernels, and the public suite's cases."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from factory import api
@@ -189,3 +191,23 @@ def test_the_depthwise_chain_costs_nothing_up_to_two_outputs_a_thread_and_more_p
     assert cost(128, 32, 2) == pytest.approx(0.6)  # 16 a position: 8 outputs
     assert cost(128, 32, 8, warps_n=1) == pytest.approx(0.3)  # 128 threads: 4 outputs
     assert FusedMfma().depthwise_chain(FusedParams(128, 64, 32, 4, 2, 2, "k3x3s1x1d1x1"), problem) == 0.0
+
+
+@pytest.mark.parametrize(("layout", "dtype", "spec", "block_n"), [
+    # Measured on the H100 (bench/NOTES.md §35): wide K on a full grid is won by wide channel tiles (the
+    # linear fill picked b64x64 here, 1.6x the best b64x256) ...
+    (Layout.NHWGC, DType.FP16, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", 256),
+    (Layout.NHWGC, DType.FP16, "N=16,C=384,K=288,input=324,filter=3,pad=1,bias_dw=1,bias_pw=1", 128),
+    # ... but a grid of 256 positions needs narrow ones to fill the SMs (b64x256 ran 2.1x the best b64x64).
+    (Layout.NGCHW, DType.FP16, "N=16,C=72,K=1048,input=7x7,filter=3x3,stride=2,pad=1,bias_dw=1,bias_pw=1", 64),
+])
+def test_the_prior_weighs_channel_tiles_against_a_full_wave(layout, dtype, spec, block_n):
+    problem = SOLVER.parse_problem(spec, layout, dtype)
+    assert heuristic_pick(problem, target=H100).params.block_n == block_n
+
+
+def test_the_wave_fill_grows_on_a_log_scale_to_two_blocks_an_sm_and_amd_keeps_the_linear_fill():
+    fused, wave = Fused(), 2 * H100.processors
+    assert fused.fill(1, H100) == 0.0 and fused.fill(wave, H100) == pytest.approx(2.0) == fused.fill(10 * wave, H100)
+    assert fused.fill(wave // 2, H100) == pytest.approx(2.0 * (1 - 1 / math.log2(wave)))
+    assert FusedMfma().fill(4 * H100.processors, H100) == pytest.approx(1.0)

@@ -204,16 +204,30 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         return LaunchPlan((Launch("kf_main", grid, (p.threads, 1, 1), (dwsep_args(problem),),
                                   shared_bytes=p.shared_bytes(problem.dtype)),))
 
+    # A doubling of the channel tiles (each recomputes the depthwise stage) costs this much of the score.
+    recompute_weight: ClassVar[float] = 0.3
+
     def heuristic_score(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> float:
-        # Few channel tiles (each recomputes the depthwise stage), little padding of K and C, full grids,
-        # wide loads.
+        # Few channel tiles, little padding of K and C, a full wave of blocks, wide loads, a short
+        # depthwise chain a thread.
         tiles_n = math.ceil(problem.K / p.block_n)
         used_n = problem.K / (tiles_n * p.block_n)
         used_k = problem.C / (math.ceil(problem.C / p.block_k) * p.block_k)
         blocks = math.ceil(problem.positions / p.block_m) * tiles_n  # tiles: what the blocks share out
         wide = 0.3 * (p.vector * problem.dtype.tensor.nbytes == CHUNK_BYTES_MAX)
-        return (used_n + used_k + wide + fill_score(blocks, target) - 0.1 * math.log2(tiles_n)
+        return (used_n + used_k + wide + self.fill(blocks, target) - self.recompute_weight * math.log2(tiles_n)
                 - self.depthwise_chain(p, problem))
+
+    def fill(self, blocks: int, target: DeviceTarget) -> float:
+        """Up to 2 as the grid grows to one wave of two resident blocks an SM, on a log scale: a tile of
+        256 positions' worth of channels that leaves half the SMs idle loses more than the same tile
+        with 4x the depthwise recomputation. Fitted with `recompute_weight` on the H100 (every candidate
+        of 64 problems timed: the suite and random seeds 21 and 52; bench/NOTES.md §35), where the
+        linear fill to 4 blocks an SM with 0.1 a channel-tile doubling picked b64x64 tiles for wide K
+        (1.6-2x the best, b64x128/b64x256 winning) and the prior's pick ran 1.228x the best (worst
+        3.37x); with these 1.113x (worst 1.67x), and 1.219x -> 1.140x on seed 53, looked at after."""
+        wave = 2 * target.processors
+        return 2.0 * min(math.log2(max(blocks, 1)) / math.log2(wave), 1.0)
 
     def depthwise_chain(self, p: FusedParams, problem: DwsepProblem) -> float:
         """0.3 a doubling of the depthwise outputs a thread computes in turn each step, past two: the
@@ -242,8 +256,13 @@ class FusedMfma(MfmaRules, Fused):
     def why_not(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         return self.bf16_refusal(problem, target) or super().why_not(p, problem, target)
 
+    # Measured on the H100 only; AMD targets keep the prior without these terms.
+    recompute_weight: ClassVar[float] = 0.1
+
+    def fill(self, blocks: int, target: DeviceTarget) -> float:
+        return fill_score(blocks, target)
+
     def depthwise_chain(self, p: FusedParams, problem: DwsepProblem) -> float:
-        # Measured on the H100 only; AMD targets keep the prior without it.
         return 0.0
 
 

@@ -44,3 +44,7 @@ class Mfma(MfmaRules, Mma):
     def split_score(self, p: MfmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         # mma's split rule and time model were measured on the H100 only; AMD targets keep the generic fill.
         return fill_score(self.unsplit_blocks(p, problem) * p.split_k, target)
+
+    def idle_tile(self, used: float, problem: ConvProblem) -> float:
+        # Measured on the H100 only, like the split model.
+        return 0.0

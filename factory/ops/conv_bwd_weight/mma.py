@@ -237,7 +237,19 @@ class Mma(BwdWeightFamily):
         # 3x3: 163 vs 285 us, 132 vs 216 us) and loses on 1x1 (80 vs 52 us), whose rows chunk well.
         staged = (0.4 if problem.filter_volume > 1 else -0.4) if p.transpose else 0.0
         return (2.0 + used + wide - deep + narrow_index + staged + self.split_score(p, problem, target)
-                - self.reduction_penalty(p, problem))
+                - self.reduction_penalty(p, problem) - self.idle_tile(used, problem))
+
+    def idle_tile(self, used: float, problem: ConvProblem) -> float:
+        """0.3 a halving of the tile's wanted products below a quarter, outside NHWGC. The linear `used`
+        barely tells 1 % from 10 %: on the H100 an NGCHW bf16 layer with C = K = 2 (a 2 x 18 GEMM in a
+        64 x 64 tile) ran mma 2.39x slower than `dw` (seed 51), as two such rows of seed 41 did (2.70x,
+        1.58x), while its NHWGC twin, whose tiles hold groups side by side, was won by mma. Chosen on
+        those seeds, after they were looked at (the suite and seeds 21-22 have no such row and keep their
+        picks): seed 51 1.141x -> 1.114x the best, worst 2.39x -> 1.96x; seed 41 1.174x -> 1.144x
+        (bench/NOTES.md §35)."""
+        if problem.layout is Layout.NHWGC:
+            return 0.0
+        return 0.3 * max(0.0, math.log2(0.25 / used))
 
     def split_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """How the tile fills the device at the split the time model prefers (split_model), less log2 of

@@ -1,0 +1,35 @@
+"""The backward-weight prior across families: a GEMM tile that holds one small group loses to the lane
+families outside NHWGC, and keeps its place where tiles hold groups side by side."""
+
+from __future__ import annotations
+
+import pytest
+
+from factory.device import target_for_device
+from factory.ops import solver_for
+from factory.ops.conv_bwd_weight.mfma import Mfma
+from factory.ops.conv_bwd_weight.mma import Mma
+from factory.problem import DType, Layout, Op
+from factory.selector import heuristic_pick
+
+H100 = target_for_device("sm_90", 132)
+# Measured on the H100 (seed 51): mma picked, `dw` 2.39x faster (bench/NOTES.md §35).
+TWO_CHANNEL_GROUPS = "N=32,G=138,C=2,K=2,input=37x37,filter=3x3,pad=1"
+
+
+def _pick(spec: str, layout: Layout):
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(spec, layout, DType("bf16_fp32w"))
+    return heuristic_pick(problem, target=H100)
+
+
+def test_two_channel_groups_outside_nhwgc_go_to_a_lane_family():
+    assert _pick(TWO_CHANNEL_GROUPS, Layout.NGCHW).family == "dw"
+
+
+@pytest.mark.parametrize(("used", "cost"), [(1.0, 0.0), (0.25, 0.0), (0.125, 0.3), (0.25 / 16, 1.2)])
+def test_an_idle_tile_costs_a_third_a_halving_below_a_quarter_outside_nhwgc(used, cost):
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(TWO_CHANNEL_GROUPS, Layout.NGCHW, DType.FP16)
+    assert Mma().idle_tile(used, problem) == pytest.approx(cost)
+    assert Mfma().idle_tile(used, problem) == 0.0  # measured on the H100 only
+    channels_last = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(TWO_CHANNEL_GROUPS, Layout.NHWGC, DType.FP16)
+    assert Mma().idle_tile(used, channels_last) == 0.0

@@ -2,9 +2,10 @@
 
 The cases reach both families (fused_mfma picked for gfx90a), both layouts, every dtype and rank, odd C
 and K, stride 2, dilation, padding past the filter's half, N=1, biases and each activation, inputs held a
-step ahead and read tap by tap, and a 7x7 filter (per-axis tap masks: over 32 taps). One case runs
-with fewer blocks than position tiles (each block then takes several tiles in turn, its next tile's
-inputs loaded ahead), and a broken launch plan (a channel tile left out) shows the checks can fail.
+step ahead and read tap by tap, bf16 inputs widened from whole words, and a 7x7 filter (per-axis
+tap masks: over 32 taps). One case runs with fewer blocks than position tiles (each block then takes
+several tiles in turn, its next tile's inputs loaded ahead), and a broken launch plan (a channel tile
+left out) shows the checks can fail.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ CASES = [
     Case("fused-ngchw-fp32-3d", "fused", L.NGCHW, D.FP32, "N=1,C=16,K=9,input=3x5x4,filter=3x1x3,pad=1x0x1,bias_pw=1"),
     Case("fused-nhwgc-bf16-3d-odd", "fused", L.NHWGC, D.BF16, "N=1,C=5,K=7,input=4x4x5,filter=3x3x3,pad=1,act_dw=relu",
          lambda p: p.vector == 1),
+    # bf16 channels-last with 8-channel loads: inputs widened from whole 32-bit words, both halves.
+    Case("fused-nhwgc-bf16-2d-words", "fused", L.NHWGC, D.BF16, "N=2,C=24,K=20,input=7x9,filter=3x3,pad=1,bias_dw=1",
+         lambda p: p.vector == 8),
     Case("fused-ngchw-fp16-1d-7", "fused", L.NGCHW, D.FP16, "N=4,C=40,K=36,input=100,filter=7,pad=3,bias_dw=1",
          lambda p: p.block_k == 32),
     Case("fused-ngchw-bf16-2d-7x7", "fused", L.NGCHW, D.BF16, "N=2,C=19,K=11,input=9x8,filter=7x7,pad=3,act_dw=relu",

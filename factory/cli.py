@@ -1,8 +1,8 @@
 """kfactory: generate | list | tune | query | db | bench | enqueue | worker | jobs.
 
 One rule at the top: anything the user can cause (a bad argument, environment variable, path, file or
-DB) prints one line naming the culprit and exits 2; Ctrl-C exits 130 and leaves every file whole; only
-our own bugs show a traceback.
+DB) prints one line naming the culprit and exits 2; Ctrl-C, or SIGTERM (`timeout`, a batch scheduler's
+stop), exits 130 and leaves every file whole; only our own bugs show a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import collections
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 import warnings
 from datetime import timezone
 from pathlib import Path
@@ -813,11 +815,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; see the module docstring for the exit rule."""
+    previous = _terminate_as_interrupt()
     try:
         return _main(argv)
     except KeyboardInterrupt:
         errors.print("kfactory: interrupted", markup=False, highlight=False)
         return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM stops a command as Ctrl-C does, so what a tune or bench measured is written before it
+    exits (a second SIGTERM is ignored while that happens). Returns the handler it replaced (None
+    off the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _main(argv: Sequence[str] | None) -> int:

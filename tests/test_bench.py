@@ -6,6 +6,8 @@ import argparse
 import csv
 import json
 import math
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -620,17 +622,27 @@ def test_public_suite_is_package_data():
     assert '"factory.bench"' in pyproject
 
 
-def test_interrupted_run_keeps_what_it_measured(kfactory, capsys, monkeypatch, tmp_path):
+def _stop_by_sigterm():
+    os.kill(os.getpid(), signal.SIGTERM)  # `timeout`'s or a scheduler's stop
+    time.sleep(5)  # the handler raises before this ends
+    raise AssertionError("SIGTERM did not stop the run")
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_interrupted_run_keeps_what_it_measured(kfactory, capsys, monkeypatch, tmp_path, stop):
     import factory.bench.ceilings as ceilings_mod
     import factory.bench.gpu as gpu
 
     suite = _suite(tmp_path, "conv_bwd_weight = [ { name = 's', N = 1, G = 2, C = 1, K = 1, input = [6, 6], "
                              "filter = [3, 3], pad = [1, 1], layouts = ['NHWGC', 'NGCHW'] } ]")
     calls = []
+    before = signal.getsignal(signal.SIGTERM)
 
     def kernel_for(problem):
         calls.append(problem)
         if len(calls) > 1:
+            if stop == "sigterm":
+                _stop_by_sigterm()
             raise KeyboardInterrupt
         return ReferenceKernel(problem)
 
@@ -642,6 +654,7 @@ def test_interrupted_run_keeps_what_it_measured(kfactory, capsys, monkeypatch, t
     data = json.loads((tmp_path / "o" / "results.json").read_text())
     assert [r["status"] for r in data["rows"]] == ["ok"] and data["meta"]["complete"] is False
     assert "interrupted after 1 of 2 rows" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before  # the CLI's handler is put back
 
 
 def test_replot_redraws_figures_from_results_json(tmp_path, kfactory):

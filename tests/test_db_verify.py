@@ -132,6 +132,25 @@ def test_verify_keeps_retunes_and_lists_what_is_not_served(tuned):
         assert len(db.measurements(SLOW.key, DEVICE)) == 2 * len(lookup(SLOW, target=FAKE_TARGET)) + 1
 
 
+def test_verify_compiles_every_winner_ahead_in_one_batch(tuned, monkeypatch):
+    """The winners' instances go to compile_many together before any is timed (timing then loads each
+    from the compile cache); a name no catalog has is left out of the batch and reported as before."""
+    path, board = tuned
+    batches: list[list[str]] = []
+    real = factory.recheck.compile_many
+
+    def recording(kind, jobs, workers=None, on_done=None):
+        batches.append(sorted(j.name for j in jobs))
+        return real(kind, jobs, workers=workers, on_done=on_done)
+
+    monkeypatch.setattr(factory.recheck, "compile_many", recording)
+    with TuningDB(path) as db:
+        stored = sorted({w.instance for w in db.winners(None)} - {RETIRED})
+        results = recheck_winners(db, board, threshold=1.25, settings=SETTINGS)
+    assert batches[0] == stored and len(stored) > 1
+    assert any(r.instance == RETIRED and r.action is Action.NOT_SERVED for r in results)
+
+
 def test_verify_command_prints_the_table_and_json(capsys, tuned, monkeypatch):
     path, board = tuned
     monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: board)

@@ -537,8 +537,12 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
             bar.update(task, completed=seen[0], description=f"verifying {winner.instance[:40]}")
             seen[0] += 1
 
+        def finished(result: Any) -> None:  # one line a winner: a log shows how far a long run got
+            times = f"{result.recorded_us:.2f} -> {_number(result.now_us, '{:.2f}')} µs; " if result.now else ""
+            bar.console.print(f"{result.problem_key} {result.instance}: {times}{describe(result)}", soft_wrap=True)
+
         results = recheck_winners(db, backend, op=op, threshold=args.threshold, settings=TuneSettings(reps=args.reps),
-                                  progress=tune_hooks(bar)["progress"], on_winner=started)
+                                  progress=tune_hooks(bar)["progress"], on_winner=started, on_result=finished)
         bar.update(task, completed=seen[0], description="verified")
     failed = any(r.action is Action.RETUNE_FAILED for r in results)
     if args.json:

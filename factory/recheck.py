@@ -98,10 +98,18 @@ def recheck_winners(
     settings: TuneSettings = TuneSettings(),
     progress: Progress = Progress(),
     on_winner: Callable[[Winner], None] | None = None,
+    on_result: Callable[[Recheck], None] | None = None,
 ) -> list[Recheck]:
-    """Check every stored winner (of `op`, if given) against this GPU; see the module docstring."""
+    """Check every stored winner (of `op`, if given) against this GPU; see the module docstring.
+    `on_result` hears each winner's outcome as soon as it is known (and stored)."""
     device = backend.device_info()
     results: list[Recheck] = []
+
+    def add(result: Recheck) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
     winners = db.winners(op)
     compile_ahead([w.instance for w in winners], device, settings)
     for winner in winners:
@@ -110,7 +118,7 @@ def recheck_winners(
         try:
             problem = problem_from_key(winner.problem_key)
         except UnreadableKey as exc:
-            results.append(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
+            add(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
                                    unreadable=str(exc)))
             continue
         candidates = {c.name: c for c in lookup(problem, target=target_for(device))}
@@ -118,7 +126,7 @@ def recheck_winners(
                          serving_refusals(problem, winner, candidates, target_for(device)))
         code_changed = bool(refusals) and all(r.kind in CODE_CHANGED for r in refusals)
         if refusals and not code_changed:
-            results.append(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED,
+            add(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED,
                                    refusals=refusals))
             continue
         instance = candidates[winner.instance]
@@ -128,13 +136,13 @@ def recheck_winners(
         if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
             if code_changed:  # the older code's winner row gives way to today's measurement
                 db.decide(problem.key, device, candidate_code(problem, device))
-            results.append(Recheck(problem.key, winner.instance, winner.median_us,
+            add(Recheck(problem.key, winner.instance, winner.median_us,
                                    Action.RETIMED if code_changed else Action.KEPT, now, refusals=refusals))
             continue
         trigger = Trigger.SLOWER if now.verified and now.median_us is not None else Trigger.FAILS
         outcome = tune_problem(problem, backend, db, settings, progress, fresh=True)
         action = Action.RETUNED if outcome.winner is not None else Action.RETUNE_FAILED
-        results.append(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner,
+        add(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner,
                                refusals=refusals))
     return results
 

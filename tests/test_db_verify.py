@@ -155,9 +155,14 @@ def test_verify_command_prints_the_table_and_json(capsys, tuned, monkeypatch):
     path, board = tuned
     monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: board)
     code = cli.main(["db", "verify", "--db", path, "--reps", "4", "--json"])
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert code == 0
     data = json.loads(out)
+    # A line a winner on stderr as it is done (a log of a long run shows how far it got), stdout JSON only.
+    lines = [" ".join(line.split()) for line in err.splitlines() if line.startswith("conv_bwd_weight:")]
+    assert len(lines) == len(data["winners"]) == 5
+    assert any(line.startswith(SLOW.key) and "µs; slower than the threshold; re-tuned" in line for line in lines), \
+        "\n".join(lines)
     assert data["threshold"] == 1.25
     actions = sorted((w["problem"], w["action"]) for w in data["winners"])
     assert actions == sorted([(KEEP.key, "kept"), (KEEP.key, "not_served"), (SLOW.key, "retuned"),

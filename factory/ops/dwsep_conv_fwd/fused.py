@@ -225,7 +225,8 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         of 64 problems timed: the suite and random seeds 21 and 52; bench/NOTES.md §35), where the
         linear fill to 4 blocks an SM with 0.1 a channel-tile doubling picked b64x64 tiles for wide K
         (1.6-2x the best, b64x128/b64x256 winning) and the prior's pick ran 1.228x the best (worst
-        3.37x); with these 1.113x (worst 1.67x), and 1.219x -> 1.140x on seed 53, looked at after."""
+        3.37x); with these 1.113x (worst 1.67x); on seeds 54 and 55, tuned after the choice, 1.232x ->
+        1.119x and 1.264x -> 1.138x (worst 1.59x and 2.04x)."""
         wave = 2 * target.processors
         return 2.0 * min(math.log2(max(blocks, 1)) / math.log2(wave), 1.0)
 
@@ -268,6 +269,7 @@ class FusedMfma(MfmaRules, Fused):
 
 def _blocks_m(p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> int:
     """Blocks along the position tiles: one per tile. (The kernel lets a block take every gridDim.x-th
-    tile, its next tile's inputs loading under the current one's multiplications; one wave of resident
-    blocks that way measured slower on the H100: bench/NOTES.md §24.)"""
+    tile, its next tile's inputs loading under the current one's multiplications; one to eight waves
+    of resident blocks that way measured slower on the H100 in §24 and no faster in §36 of
+    bench/NOTES.md.)"""
     return math.ceil(problem.positions / p.block_m)

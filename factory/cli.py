@@ -528,9 +528,11 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
     backend = _backend()
     db = _open_db(args)
     if args.shipped:
+        if args.changed:
+            raise UsageError("--changed re-times this device's own winners; --shipped those of similar devices: one at a time")
         return _verify_shipped(args, backend, db, op)
     with progress_bar() as bar:
-        task = bar.add_task("verifying", total=len(db.winners(op)))
+        task = bar.add_task("verifying", total=None)
         seen = [0]
 
         def started(winner: Any) -> None:
@@ -542,7 +544,8 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
             bar.console.print(f"{result.problem_key} {result.instance}: {times}{describe(result)}", soft_wrap=True)
 
         results = recheck_winners(db, backend, op=op, threshold=args.threshold, settings=TuneSettings(reps=args.reps),
-                                  progress=tune_hooks(bar)["progress"], on_winner=started, on_result=finished)
+                                  progress=tune_hooks(bar)["progress"], changed_only=args.changed,
+                                  on_count=lambda n: bar.update(task, total=n), on_winner=started, on_result=finished)
         bar.update(task, completed=seen[0], description="verified")
     failed = any(r.action is Action.RETUNE_FAILED for r in results)
     if args.json:
@@ -550,7 +553,8 @@ def cmd_db_verify(args: argparse.Namespace) -> int:
                     "winners": [as_record(r) for r in results]})
         return 1 if failed else 0
     if not results:
-        console.print("no stored winners" + (f" of {args.op.value}" if args.op else ""))
+        console.print("no stored winners" + (" measured on older code" if args.changed else "")
+                      + (f" of {args.op.value}" if args.op else ""))
         return 0
     table = Table(title=f"stored winners on {backend.device_info().name} (threshold {args.threshold:g}x)")
     for col in ("problem", "instance", "recorded µs", "now µs", "ratio", "action"):
@@ -805,6 +809,9 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--threshold", type=float, default=1.25,
                      help="re-tune when now > threshold x the recorded time (default 1.25)")
     ver.add_argument("--reps", type=_reps, default=25, help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS})")
+    ver.add_argument("--changed", action="store_true",
+                     help="only this device's winners measured on older code (a template changed since): what "
+                          "an upgrade or a template edit leaves to re-time")
     ver.add_argument("--shipped", action="store_true",
                      help="instead: time once each winner shipped from a similar device (same arch, another model "
                           "or SM count) on this GPU and record it, so it is served here from then on")
@@ -818,9 +825,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; see the module docstring for the exit rule."""
-    previous = _terminate_as_interrupt()
+    """Run one command; see the module docstring for the exit rule. SIGTERM stops a command as Ctrl-C
+    does (on the main thread, where signals can be handled), so what a tune or bench measured is
+    written before it exits; the handler is set and put back here, inside the `try`, so an interrupt
+    at any moment is caught."""
+    previous: Any = None
     try:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
         return _main(argv)
     except KeyboardInterrupt:
         errors.print("kfactory: interrupted", markup=False, highlight=False)
@@ -830,18 +842,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _terminate_as_interrupt() -> Any:
-    """SIGTERM stops a command as Ctrl-C does, so what a tune or bench measured is written before it
-    exits (a second SIGTERM is ignored while that happens). Returns the handler it replaced (None
-    off the main thread, where signals cannot be handled)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def stop(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, stop)
+def _interrupt_on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM waits for the clean-up
+    raise KeyboardInterrupt
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -89,6 +89,38 @@ def compile_ahead(names: list[str], device: Any, settings: TuneSettings) -> None
         compile_many(device.backend, list(jobs.values()), workers=settings.compile_workers)
 
 
+@dataclass(frozen=True)
+class _Check:
+    """What verify learns of a stored winner before timing anything: its problem (None when the key no
+    longer reads), the candidates here, why it is not served, and whether only code changed."""
+
+    winner: Winner
+    problem: Any = None
+    unreadable: str | None = None
+    candidates: dict[str, Instance] = dataclasses.field(default_factory=dict)
+    refusals: tuple[Refusal, ...] = ()
+
+    @property
+    def code_changed(self) -> bool:
+        return bool(self.refusals) and all(r.kind in CODE_CHANGED for r in self.refusals)
+
+    @property
+    def timed(self) -> bool:
+        return self.problem is not None and (not self.refusals or self.code_changed)
+
+
+def _check_of(winner: Winner, device: Any) -> _Check:
+    try:
+        problem = problem_from_key(winner.problem_key)
+    except UnreadableKey as exc:
+        return _Check(winner, unreadable=str(exc))
+    target = target_for(device)
+    candidates = {c.name: c for c in lookup(problem, target=target)}
+    refusals = tuple(device_refusals(winner, mismatches(winner.device, device)) +
+                     serving_refusals(problem, winner, candidates, target))
+    return _Check(winner, problem, None, candidates, refusals)
+
+
 def recheck_winners(
     db: TuningDB,
     backend: Backend,
@@ -97,12 +129,22 @@ def recheck_winners(
     threshold: float = DEFAULT_THRESHOLD,
     settings: TuneSettings = TuneSettings(),
     progress: Progress = Progress(),
+    changed_only: bool = False,
+    on_count: Callable[[int], None] | None = None,
     on_winner: Callable[[Winner], None] | None = None,
     on_result: Callable[[Recheck], None] | None = None,
 ) -> list[Recheck]:
     """Check every stored winner (of `op`, if given) against this GPU; see the module docstring.
-    `on_result` hears each winner's outcome as soon as it is known (and stored)."""
+    `changed_only`: only this device's winners measured on older code (what a template edit or an
+    upgrade leaves to re-time), the others left out of the results. `on_count` hears how many will be
+    checked; `on_result` each winner's outcome as soon as it is known (and stored)."""
     device = backend.device_info()
+    checks = [_check_of(w, device) for w in db.winners(op)]
+    if changed_only:
+        checks = [c for c in checks if c.code_changed]
+    if on_count is not None:
+        on_count(len(checks))
+    compile_ahead([c.winner.instance for c in checks if c.timed], device, settings)
     results: list[Recheck] = []
 
     def add(result: Recheck) -> None:
@@ -110,40 +152,32 @@ def recheck_winners(
         if on_result is not None:
             on_result(result)
 
-    winners = db.winners(op)
-    compile_ahead([w.instance for w in winners], device, settings)
-    for winner in winners:
+    for check in checks:
+        winner, problem, refusals = check.winner, check.problem, check.refusals
         if on_winner is not None:
             on_winner(winner)
-        try:
-            problem = problem_from_key(winner.problem_key)
-        except UnreadableKey as exc:
+        if problem is None:
             add(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
-                                   unreadable=str(exc)))
+                        unreadable=check.unreadable))
             continue
-        candidates = {c.name: c for c in lookup(problem, target=target_for(device))}
-        refusals = tuple(device_refusals(winner, mismatches(winner.device, device)) +
-                         serving_refusals(problem, winner, candidates, target_for(device)))
-        code_changed = bool(refusals) and all(r.kind in CODE_CHANGED for r in refusals)
-        if refusals and not code_changed:
-            add(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED,
-                                   refusals=refusals))
+        if not check.timed:
+            add(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED, refusals=refusals))
             continue
-        instance = candidates[winner.instance]
+        instance = check.candidates[winner.instance]
         [now] = tune(problem, [instance], backend, settings)
         now = dataclasses.replace(now, source_hash=hash_of(instance))
         db.record(problem.key, problem.op.value, device, [now])
         if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
-            if code_changed:  # the older code's winner row gives way to today's measurement
+            if check.code_changed:  # the older code's winner row gives way to today's measurement
                 db.decide(problem.key, device, candidate_code(problem, device))
             add(Recheck(problem.key, winner.instance, winner.median_us,
-                                   Action.RETIMED if code_changed else Action.KEPT, now, refusals=refusals))
+                        Action.RETIMED if check.code_changed else Action.KEPT, now, refusals=refusals))
             continue
         trigger = Trigger.SLOWER if now.verified and now.median_us is not None else Trigger.FAILS
         outcome = tune_problem(problem, backend, db, settings, progress, fresh=True)
         action = Action.RETUNED if outcome.winner is not None else Action.RETUNE_FAILED
         add(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner,
-                               refusals=refusals))
+                    refusals=refusals))
     return results
 
 

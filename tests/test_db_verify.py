@@ -195,6 +195,16 @@ def test_verify_of_one_op_with_no_winners(capsys, tuned, monkeypatch):
     assert code == 0 and " ".join(out.split()) == "no stored winners of groupnorm_bwd"
 
 
+def test_verify_changed_with_every_winner_current_times_nothing(capsys, tuned, monkeypatch):
+    path, board = tuned
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: board)
+    code = cli.main(["db", "verify", "--db", path, "--changed"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and " ".join(out.split()) == "no stored winners measured on older code"
+    assert cli.main(["db", "verify", "--db", path, "--changed", "--shipped"]) == 2
+    assert "--changed re-times this device's own winners" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("threshold", ["0.9", "nan", "inf"])
 def test_verify_threshold_must_be_at_least_one(capsys, tmp_path, threshold):
     code = cli.main(["db", "verify", "--db", str(tmp_path / "x.sqlite"), "--threshold", threshold])

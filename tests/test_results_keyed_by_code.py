@@ -285,6 +285,20 @@ def test_verify_names_a_renamed_family_and_times_a_winner_of_older_code_again(tm
     assert why.kind is Refused.OLDER_CODE and why.recorded == OLD_CODE
 
 
+def test_verify_changed_only_re_times_the_winners_of_older_code_and_leaves_the_rest_alone(tmp_path):
+    other = parse_conv_problem("N=1,G=4,C=1,K=1,input=8x8,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    stale = lookup(other, target=FAKE_TARGET)[0].name
+    with TuningDB(str(tmp_path / "v.sqlite")) as db:
+        db.record(PROBLEM.key, PROBLEM.op.value, DEVICE, [ok(TUNED, 2.0, code_of(TUNED))])  # current
+        db.record(other.key, other.op.value, DEVICE, [ok(stale, 1e-6, OLD_CODE)])
+        counted: list[int] = []
+        rows = recheck_winners(db, FakeGPU(other), threshold=1e12, settings=SETTINGS, changed_only=True,
+                               on_count=counted.append)
+        current = db.measurements(PROBLEM.key, DEVICE)
+    assert counted == [1] and [(r.problem_key, r.action) for r in rows] == [(other.key, Action.RETIMED)]
+    assert len(current) == 1  # the current winner was not timed again
+
+
 def test_verify_retunes_a_winner_of_older_code_that_today_s_code_made_slower(tmp_path):
     """Older code recorded far faster than today's code runs: the winner is not served again on its
     old time; the problem is tuned afresh, as for a winner of current code that got slower."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from factory.device import target_for_device
@@ -35,6 +37,11 @@ def test_the_best_split_loses_nothing_and_others_lose_time():
     assert GEMM_SPLITS.lost(133, 205, 10**5, best, SMS) == 0.0
     assert all(GEMM_SPLITS.lost(133, 205, 10**5, s, SMS) >= 0.0 for s in SPLITS if s <= 205)
     assert GEMM_SPLITS.lost(133, 205, 10**5, 1, SMS) > 0.3  # split 1: a 205-step chain on one wave
+
+
+def test_dearer_partial_sums_ask_for_fewer_splits():
+    cheap, dear = (dataclasses.replace(GEMM_SPLITS, partial_cost=c) for c in (0.0, 100.0))
+    assert dear.best(133, 205, 10**6, SMS) < cheap.best(133, 205, 10**6, SMS)
 
 
 def test_the_best_split_is_never_more_than_the_reduction_has_steps():

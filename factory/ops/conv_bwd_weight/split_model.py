@@ -29,7 +29,7 @@ class SplitModel:
         """Waves of resident blocks, each as long as a block's share of the `steps` plus its fill; a
         split above 1 adds `outputs` partial sums a split, spread over the SMs."""
         waves = math.ceil(blocks * split / (self.resident * processors))
-        partials = outputs * split / (1000 * processors) if split > 1 else 0.0
+        partials = self.partial_cost * outputs * split / (1000 * processors) if split > 1 else 0.0
         return waves * (math.ceil(steps / split) + self.fill_steps) + partials
 
     def best(self, blocks: int, steps: int, outputs: int, processors: int) -> int:

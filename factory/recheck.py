@@ -71,22 +71,21 @@ class Recheck:
         return None if self.now_us is None else self.now_us / self.recorded_us
 
 
-def compile_ahead(names: list[str], device: Any, settings: TuneSettings) -> None:
-    """Compile the named instances in worker processes into the compile cache before they are timed
-    one by one: each timing then loads its binary instead of compiling it alone (NVRTC takes 1-3 s for
-    a fused forward instance, and `tune` compiles a single candidate in-process). Names no catalog
-    has any more are left to the loop to report; without a writable cache there is nothing to gain."""
-    if usable_cache_dir() is None:
-        return
-    jobs: dict[str, CompileJob] = {}
-    for name in names:
-        try:
-            inst: Instance = instance_by_name(name)
-        except CatalogError:
-            continue
-        jobs[name] = CompileJob(name, source_of(inst).text, inst.compile_arch(device.arch))
-    if len(jobs) > 1:
+def compile_ahead(instances: list[Instance], device: Any, settings: TuneSettings) -> None:
+    """Compile `instances` in worker processes into the compile cache before they are timed one by
+    one: each timing then loads its binary instead of compiling it alone (NVRTC takes 1-3 s for a
+    fused forward instance, and `tune` compiles a single candidate in-process). Without a writable
+    cache there is nothing to gain."""
+    jobs = {i.name: CompileJob(i.name, source_of(i).text, i.compile_arch(device.arch)) for i in instances}
+    if len(jobs) > 1 and usable_cache_dir() is not None:
         compile_many(device.backend, list(jobs.values()), workers=settings.compile_workers)
+
+
+def _in_catalog(name: str) -> Instance | None:
+    try:
+        return instance_by_name(name)
+    except CatalogError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ def recheck_winners(
         checks = [c for c in checks if c.code_changed]
     if on_count is not None:
         on_count(len(checks))
-    compile_ahead([c.winner.instance for c in checks if c.timed], device, settings)
+    compile_ahead([c.candidates[c.winner.instance] for c in checks if c.timed], device, settings)
     results: list[Recheck] = []
 
     def add(result: Recheck) -> None:
@@ -256,7 +255,8 @@ def retime_shipped(
     device = backend.device_info()
     results: list[ShippedRetime] = []
     todo = [s for s in shipped_winners().similar_to(device) if op is None or s.winner.op == op]
-    compile_ahead([s.winner.instance for s in todo], device, settings)
+    known = [_in_catalog(s.winner.instance) for s in todo]
+    compile_ahead([i for i in known if i is not None], device, settings)
     for shipped in todo:
         if on_winner is not None:
             on_winner(shipped)

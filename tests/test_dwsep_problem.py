@@ -3,6 +3,7 @@ the cells that have kernels, and the public suite's cases."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -175,21 +176,26 @@ H100 = target_for_device("sm_90", 132)
 def test_the_prior_keeps_each_thread_s_depthwise_chain_short(layout, dtype, spec, best_chain):
     problem = SOLVER.parse_problem(spec, layout, dtype)
     pick = heuristic_pick(problem, target=H100)
-    assert pick.params.work(layout is Layout.NHWGC)[2] <= best_chain
+    assert pick.params.work(layout is Layout.NHWGC, dtype.tensor.nbytes)[2] <= best_chain
 
 
 def test_the_depthwise_chain_costs_nothing_up_to_two_outputs_a_thread_and_more_per_doubling_after():
     problem = SOLVER.parse_problem("N=2,C=64,K=64,input=16x16,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
     fused = Fused()
 
-    def cost(block_m: int, block_k: int, vector: int, warps_n: int = 2) -> float:
-        return fused.depthwise_chain(FusedParams(block_m, 64, block_k, 4, warps_n, vector, "k3x3s1x1d1x1"), problem)
+    def cost(block_m: int, block_k: int, vector: int, warps_n: int = 2, item_bytes: int = 0) -> float:
+        params = FusedParams(block_m, 64, block_k, 4, warps_n, vector, "k3x3s1x1d1x1", item_bytes)
+        return fused.depthwise_chain(params, problem)
 
-    # Channels-last: block_k / vector threads share a position, a thread takes block_m / (threads / that).
+    # Channels-last: block_k / (channels a thread sums of a position) threads share a position, and a
+    # thread takes block_m / (threads / that).
     assert cost(64, 64, 8) == 0.0  # 256 threads, 8 a position: 2 outputs a thread
     assert cost(128, 64, 8) == pytest.approx(0.3)  # 4 outputs
     assert cost(128, 32, 2) == pytest.approx(0.6)  # 16 a position: 8 outputs
     assert cost(128, 32, 8, warps_n=1) == pytest.approx(0.3)  # 128 threads: 4 outputs
+    assert cost(128, 64, 1) == pytest.approx(1.2)  # one-channel items: 64 a position, 32 outputs
+    # 16-byte items over narrower loads count as their narrow twin (item_width weighs them on their own).
+    assert cost(128, 64, 1, item_bytes=16) == cost(128, 64, 1)
     assert FusedMfma().depthwise_chain(FusedParams(128, 64, 32, 4, 2, 2, "k3x3s1x1d1x1"), problem) == 0.0
 
 
@@ -211,3 +217,31 @@ def test_the_wave_fill_grows_on_a_log_scale_to_two_blocks_an_sm_and_amd_keeps_th
     assert fused.fill(1, H100) == 0.0 and fused.fill(wave, H100) == pytest.approx(2.0) == fused.fill(10 * wave, H100)
     assert fused.fill(wave // 2, H100) == pytest.approx(2.0 * (1 - 1 / math.log2(wave)))
     assert FusedMfma().fill(4 * H100.processors, H100) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("dtype", "spec", "wide"), [
+    # Measured on the H100 (bench/NOTES.md §37): a 7x7 filter (49 taps: three mask registers a window)
+    # ran 1.7-3.3x faster with 16-byte items, fp32 mostly faster; 16-bit with up to 29 taps slower.
+    (DType.BF16, "N=8,C=429,K=109,input=14x14,filter=7x7,pad=3", True),
+    (DType.FP32, "N=8,C=27,K=71,input=40x40,filter=3x3,pad=1", True),
+    (DType.FP16, "N=8,C=159,K=35,input=63x63,filter=3x3,stride=2,pad=1", False),
+    (DType.BF16, "N=32,C=207,K=111,input=214,filter=23,stride=2,pad=11", False),
+])
+def test_the_prior_takes_16_byte_items_where_they_paid(dtype, spec, wide):
+    problem = SOLVER.parse_problem(spec, Layout.NHWGC, dtype)
+    pick = heuristic_pick(problem, target=H100)
+    assert pick.params.vector * dtype.tensor.nbytes < 16  # odd C: narrow loads only
+    assert bool(pick.params.item_bytes) is wide
+
+
+def test_16_byte_items_are_left_out_where_they_change_nothing():
+    fused = Fused()
+    narrow = FusedParams(64, 64, 32, 4, 2, 8, "k3x3s1x1d1x1", item_bytes=16)
+    assert not fused.cell_allows(narrow, Layout.NHWGC, DType.FP16, 2)  # 8 x 2 bytes: one load already
+    assert fused.cell_allows(dataclasses.replace(narrow, vector=4), Layout.NHWGC, DType.FP16, 2)
+    assert not fused.cell_allows(dataclasses.replace(narrow, vector=4), Layout.NHWGC, DType.FP32, 2)
+    assert not fused.cell_allows(dataclasses.replace(narrow, vector=1), Layout.NGCHW, DType.FP16, 2)
+    with pytest.raises(ValueError):
+        FusedParams(64, 64, 32, 4, 2, 1, "k3x3s1x1d1x1", item_bytes=8)
+    assert fused.parse_suffix(dataclasses.replace(narrow, vector=1).suffix()) == dataclasses.replace(narrow, vector=1)
+    assert fused.parse_suffix("b64x64x32_w4x2_v1_k3x3s1x1d1x1").item_bytes == 0

@@ -2,8 +2,8 @@
 
 The cases reach both families (fused_mfma picked for gfx90a), both layouts, every dtype and rank, odd C
 and K, stride 2, dilation, padding past the filter's half, N=1, biases and each activation, inputs held a
-step ahead and read tap by tap, bf16 inputs widened from whole words, and a 7x7 filter (per-axis
-tap masks: over 32 taps). One case runs with fewer blocks than position tiles (each block then takes
+step ahead and read tap by tap, bf16 inputs widened from whole words, channels-last items in narrower
+loads, and 7x7 filters (per-axis tap masks: over 32 taps). One case runs with fewer blocks than position tiles (each block then takes
 several tiles in turn, its next tile's inputs loaded ahead), and a broken launch plan (a channel tile
 left out) shows the checks can fail.
 """
@@ -54,7 +54,13 @@ CASES = [
          lambda p: p.vector == 4),
     Case("fused-ngchw-fp32-3d", "fused", L.NGCHW, D.FP32, "N=1,C=16,K=9,input=3x5x4,filter=3x1x3,pad=1x0x1,bias_pw=1"),
     Case("fused-nhwgc-bf16-3d-odd", "fused", L.NHWGC, D.BF16, "N=1,C=5,K=7,input=4x4x5,filter=3x3x3,pad=1,act_dw=relu",
-         lambda p: p.vector == 1),
+         lambda p: p.vector == 1 and p.item_bytes == 0),
+    # Channels-last items of 16 bytes in narrower loads: two 4-channel loads (the second past C=12 in the
+    # last chunk), and one-element loads of an odd C under a 7x7 filter.
+    Case("fused-nhwgc-fp16-2d-items", "fused", L.NHWGC, D.FP16, "N=2,C=12,K=10,input=6x7,filter=3x3,pad=1,bias_dw=1",
+         lambda p: p.vector == 4 and p.item_bytes == 16),
+    Case("fused-nhwgc-fp32-2d-7x7-odd", "fused", L.NHWGC, D.FP32, "N=1,C=7,K=9,input=8x9,filter=7x7,pad=3,act_pw=relu",
+         lambda p: p.vector == 1 and p.item_bytes == 16),
     # bf16 channels-last with 8-channel loads: inputs widened from whole 32-bit words, both halves.
     Case("fused-nhwgc-bf16-2d-words", "fused", L.NHWGC, D.BF16, "N=2,C=24,K=20,input=7x9,filter=3x3,pad=1,bias_dw=1",
          lambda p: p.vector == 8),

@@ -33,6 +33,10 @@ PROBLEMS = [
     (L.NGCHW, D.BF16, "N=3,C=72,K=200,input=11x9,filter=5x5,stride=2,pad=2,bias_dw=1,act_dw=relu6,bias_pw=1"),
     (L.NHWGC, D.FP32, "N=2,C=17,K=130,input=13x10,filter=3x3,stride=2,pad=1"),
     (L.NHWGC, D.FP16, "N=3,C=56,K=8,input=3x8x8,filter=3x1x1,pad=1x0x0,act_dw=relu"),
+    # Channels-last items of 16 bytes in narrower loads, some past C: odd C under a 7x7 filter (one-element
+    # loads), C = 12 (4-channel loads, the second past C).
+    (L.NHWGC, D.BF16, "N=2,C=21,K=19,input=10x9,filter=7x7,pad=3,act_pw=relu"),
+    (L.NHWGC, D.FP16, "N=2,C=12,K=20,input=8x8,filter=3x3,pad=1,bias_dw=1"),
 ]
 
 

@@ -11,6 +11,7 @@ compiled in (`shape = "problem"` points), so the tap loops unroll and the bounds
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import DType, Layout
-from ..base import Buf, Family, I32, Launch, LaunchPlan, Struct
+from ..base import Buf, Family, I32, Launch, LaunchPlan, Struct, params_from_suffix
 from ..conv import cpp_type
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MFMA_TILE, MMA_K, MMA_M, MMA_N, WAVE_LANES, MfmaRules, fill_score
@@ -49,8 +50,11 @@ class FusedParams:
     block_k: int  # input channels per chunk
     warps_m: int
     warps_n: int
-    vector: int  # channels per load of the pointwise weights, and of channels-last inputs
+    vector: int  # channels per load of the pointwise weights, and of channels-last inputs (16 bytes at most)
     shape: str  # the compiled-in filter, stride and dilation (conv.shape.spell_shape)
+    # Channels-last: the bytes of a position's channels one thread sums each step, in loads of `vector`
+    # (16), or 0: one load's worth (see item()).
+    item_bytes: int = 0
 
     def __post_init__(self) -> None:
         im, in_ = self.instruction_m, self.instruction_n
@@ -61,6 +65,8 @@ class FusedParams:
             raise ValueError(f"block_k {self.block_k} must be a multiple of {MMA_K}")
         if self.vector not in (1, 2, 4, 8) or self.block_k % self.vector:
             raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8 and divide block_k {self.block_k}")
+        if self.item_bytes not in (0, CHUNK_BYTES_MAX):
+            raise ValueError(f"item_bytes {self.item_bytes} must be 0 (one load) or {CHUNK_BYTES_MAX}")
         if Shape.parse(self.shape) is None:
             raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
 
@@ -74,12 +80,23 @@ class FusedParams:
         assert shape is not None  # checked on construction
         return shape
 
-    def work(self, channels_last: bool) -> tuple[int, int, int] | None:
+    def item(self, element_bytes: int) -> int:
+        """Channels-last: the channels a thread sums of each of its positions. One load's worth gives a
+        one-element load block_k threads a position and a thread 8-64 positions, each position's window
+        held in registers; 16 bytes' worth gives it one or two positions, its loads spread over more
+        sectors. On the H100 neither won everywhere (bench/NOTES.md §37): a tuning point."""
+        return max(self.vector, self.item_bytes // element_bytes) if self.item_bytes else self.vector
+
+    def same_as_narrow(self, channels_last: bool, element_bytes: int) -> bool:
+        """Whether wide items change nothing here: NGCHW, or loads already 16 bytes wide."""
+        return bool(self.item_bytes) and (not channels_last or self.item(element_bytes) == self.vector)
+
+    def work(self, channels_last: bool, element_bytes: int) -> tuple[int, int, int] | None:
         """(threads per position, groups, items per thread) of the depthwise stage, or None when the
-        tile does not split: channels-last, block_k / vector threads share a position and a thread takes
+        tile does not split: channels-last, block_k / item threads share a position and a thread takes
         block_m / groups positions; otherwise a thread takes one position and block_k / groups channels."""
         if channels_last:
-            tpr = self.block_k // self.vector
+            tpr = self.block_k // self.item(element_bytes)
             if self.threads % tpr or self.block_m % (self.threads // tpr):
                 return None
             groups = self.threads // tpr
@@ -101,12 +118,12 @@ class FusedParams:
         weights = (2 * (math.prod(self.compiled.filter) + 1) * self.block_k + self.block_n) * 4
         return (STAGES * (a + b) + out) * size + weights
 
-    def prefetch(self, channels_last: bool) -> bool:
+    def prefetch(self, channels_last: bool, element_bytes: int) -> bool:
         """Whether a thread's depthwise inputs of a chunk fit PREFETCH_REGISTERS, so they are loaded a
         step ahead (their latency hidden under the multiplications) rather than just before use."""
-        work = self.work(channels_last)
+        work = self.work(channels_last, element_bytes)
         assert work is not None
-        per, width = work[2], (self.vector if channels_last else 1)
+        per, width = work[2], (self.item(element_bytes) if channels_last else 1)
         return per * math.prod(self.compiled.filter) * width * 2 <= PREFETCH_REGISTERS * 4  # 16-bit worst case
 
     @property
@@ -115,8 +132,9 @@ class FusedParams:
         return max(1, 512 // self.threads)
 
     def suffix(self) -> str:
+        items = f"i{self.item_bytes}" if self.item_bytes else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
-                f"_v{self.vector}_{self.shape}")
+                f"_v{self.vector}{items}_{self.shape}")
 
     def template_values(self) -> dict[str, Any]:
         shape = self.compiled
@@ -130,7 +148,7 @@ class FusedParams:
 
 
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_w(?P<warps_m>\d+)x(?P<warps_n>\d+)"
-                        r"_v(?P<vector>\d+)_(?P<shape>[a-z0-9x]+)")
+                        r"_v(?P<vector>\d+)(?:i(?P<item_bytes>\d+))?_(?P<shape>[a-z0-9x]+)")
 
 
 def dwsep_args(problem: DwsepProblem) -> Struct:
@@ -163,8 +181,13 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         return CELLS
 
     def cell_allows(self, params: FusedParams, layout: Layout, dtype: DType, ndim: int) -> bool:
-        return (len(params.compiled.filter) == ndim and params.vector * dtype.tensor.nbytes <= CHUNK_BYTES_MAX
-                and params.work(layout is Layout.NHWGC) is not None)
+        channels_last, size = layout is Layout.NHWGC, dtype.tensor.nbytes
+        return (len(params.compiled.filter) == ndim and params.vector * size <= CHUNK_BYTES_MAX
+                and not params.same_as_narrow(channels_last, size) and params.work(channels_last, size) is not None)
+
+    def parse_suffix(self, suffix: str) -> Any:
+        return params_from_suffix(self.suffix_re, self.params_type, suffix,
+                                  {"shape": str, "item_bytes": lambda v: int(v or 0)})
 
     def needs(self, params: FusedParams) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.MMA_SYNC})
@@ -191,13 +214,14 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         return None
 
     def template_values(self, params: FusedParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
-        work = params.work(layout is Layout.NHWGC)
+        channels_last, size = layout is Layout.NHWGC, dtype.tensor.nbytes
+        work = params.work(channels_last, size)
         assert work is not None  # cell_allows
         tpr, groups, per = work
         return params.template_values() | {
-            "tin": cpp_type(dtype.tensor), "channels_last": "true" if layout is Layout.NHWGC else "false",
-            "tpr": tpr, "groups": groups, "per_thread": per,
-            "prefetch": "true" if params.prefetch(layout is Layout.NHWGC) else "false"}
+            "tin": cpp_type(dtype.tensor), "channels_last": "true" if channels_last else "false",
+            "item": params.item(size), "tpr": tpr, "groups": groups, "per_thread": per,
+            "prefetch": "true" if params.prefetch(channels_last, size) else "false"}
 
     def launch_plan(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
         grid = (_blocks_m(p, problem, target), math.ceil(problem.K / p.block_n), 1)
@@ -216,7 +240,7 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         blocks = math.ceil(problem.positions / p.block_m) * tiles_n  # tiles: what the blocks share out
         wide = 0.3 * (p.vector * problem.dtype.tensor.nbytes == CHUNK_BYTES_MAX)
         return (used_n + used_k + wide + self.fill(blocks, target) - self.recompute_weight * math.log2(tiles_n)
-                - self.depthwise_chain(p, problem))
+                - self.depthwise_chain(p, problem) + self.item_width(p, problem))
 
     def fill(self, blocks: int, target: DeviceTarget) -> float:
         """Up to 2 as the grid grows to one wave of two resident blocks an SM, on a log scale: a tile of
@@ -236,9 +260,25 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         problems timed: the suite's 4 rows, 2 of random seed 21, 11 of seed 52; bench/NOTES.md §34) the
         median candidate with 32 outputs a thread ran 7x its problem's best, with 1-2 outputs 1.4x;
         the term took the prior's pick from 1.63x the best to 1.16x (worst 6.07x -> 1.70x)."""
-        work = p.work(problem.layout is Layout.NHWGC)
+        # Counted as for the same tile with items one load wide: the term was fitted on those, and
+        # item_width weighs the wider items on their own.
+        work = dataclasses.replace(p, item_bytes=0).work(problem.layout is Layout.NHWGC, problem.dtype.tensor.nbytes)
         items = work[2] if work else 1
         return 0.3 * max(0.0, math.log2(items / 2))
+
+    # The score of 16-byte items over narrower loads, for or against them (item_width).
+    wide_items_weight: ClassVar[float] = 0.5
+
+    def item_width(self, p: FusedParams, problem: DwsepProblem) -> float:
+        """For 16-byte items over narrower loads where they paid on the H100, against them elsewhere. Every
+        candidate of the 39 shipped channels-last problems whose winners had narrower loads timed both
+        ways (bench/NOTES.md §37): over 32 taps (each window's tap masks then take three registers, not
+        one) the best wide tile ran 1.7-3.3x faster than the best narrow one (4 filters of 7x7); fp32
+        (items of 4 over 1) 0.84-1.25x; 16-bit with up to 29 taps 0.65-1.05x, 0.86x geomean."""
+        if not p.item_bytes:
+            return 0.0
+        pays = math.prod(problem.filter) > 32 or problem.dtype is DType.FP32
+        return self.wide_items_weight if pays else -self.wide_items_weight
 
 
 @dataclass(frozen=True)

@@ -203,7 +203,6 @@ def test_the_depthwise_chain_costs_nothing_up_to_two_outputs_a_thread_and_more_p
     # Measured on the H100 (bench/NOTES.md §35): wide K on a full grid is won by wide channel tiles (the
     # linear fill picked b64x64 here, 1.6x the best b64x256) ...
     (Layout.NHWGC, DType.FP16, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", 256),
-    (Layout.NHWGC, DType.FP16, "N=16,C=384,K=288,input=324,filter=3,pad=1,bias_dw=1,bias_pw=1", 128),
     # ... but a grid of 256 positions needs narrow ones to fill the SMs (b64x256 ran 2.1x the best b64x64).
     (Layout.NGCHW, DType.FP16, "N=16,C=72,K=1048,input=7x7,filter=3x3,stride=2,pad=1,bias_dw=1,bias_pw=1", 64),
 ])
@@ -245,3 +244,18 @@ def test_16_byte_items_are_left_out_where_they_change_nothing():
         FusedParams(64, 64, 32, 4, 2, 1, "k3x3s1x1d1x1", item_bytes=8)
     assert fused.parse_suffix(dataclasses.replace(narrow, vector=1).suffix()) == dataclasses.replace(narrow, vector=1)
     assert fused.parse_suffix("b64x64x32_w4x2_v1_k3x3s1x1d1x1").item_bytes == 0
+
+
+def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
+    fused = Fused()
+
+    def weight(dtype: DType, spec: str) -> float:
+        return fused.recompute(SOLVER.parse_problem(spec, Layout.NHWGC, dtype))
+
+    base = weight(DType.FP16, "N=1,C=8,K=8,input=9x9,filter=3x3,pad=1")
+    assert base == pytest.approx(Fused.recompute_weight)
+    assert weight(DType.FP16, "N=1,C=8,K=8,input=9,filter=3,pad=1") == base  # up to 9 taps: the same
+    assert weight(DType.BF16, "N=1,C=8,K=8,input=9x9,filter=7x7,pad=3") == pytest.approx(base * 7 / 3)
+    assert weight(DType.FP32, "N=1,C=8,K=8,input=9x9,filter=3x3,pad=1") == pytest.approx(base / 2)
+    assert FusedMfma().recompute(SOLVER.parse_problem("N=1,C=8,K=8,input=9x9,filter=7x7,pad=3", Layout.NHWGC,
+                                                      DType.FP32)) == FusedMfma.recompute_weight

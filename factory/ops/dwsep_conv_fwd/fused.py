@@ -228,8 +228,9 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         return LaunchPlan((Launch("kf_main", grid, (p.threads, 1, 1), (dwsep_args(problem),),
                                   shared_bytes=p.shared_bytes(problem.dtype)),))
 
-    # A doubling of the channel tiles (each recomputes the depthwise stage) costs this much of the score.
-    recompute_weight: ClassVar[float] = 0.3
+    # A doubling of the channel tiles (each recomputes the depthwise stage) costs this much of the score
+    # at a 3x3 filter in 16 bits (recompute()).
+    recompute_weight: ClassVar[float] = 0.2
 
     def heuristic_score(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> float:
         # Few channel tiles, little padding of K and C, a full wave of blocks, wide loads, a short
@@ -239,8 +240,18 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         used_k = problem.C / (math.ceil(problem.C / p.block_k) * p.block_k)
         blocks = math.ceil(problem.positions / p.block_m) * tiles_n  # tiles: what the blocks share out
         wide = 0.3 * (p.vector * problem.dtype.tensor.nbytes == CHUNK_BYTES_MAX)
-        return (used_n + used_k + wide + self.fill(blocks, target) - self.recompute_weight * math.log2(tiles_n)
+        return (used_n + used_k + wide + self.fill(blocks, target) - self.recompute(problem) * math.log2(tiles_n)
                 - self.depthwise_chain(p, problem) + self.item_width(p, problem))
+
+    def recompute(self, problem: DwsepProblem) -> float:
+        """What a doubling of the channel tiles costs: each tile recomputes the depthwise stage, whose
+        share of a tile's work grows with the taps and shrinks where the multiplications cost more (fp32
+        runs them as 3xTF32). recompute_weight x sqrt(taps / 9) from 9 taps on, halved for fp32: fitted
+        on every candidate of the suite and random seeds 21 and 52-56 (bench/NOTES.md §37), where a
+        constant 0.3 picked 64x256 tiles for 3x3 layers with a few hundred positions (2.4x the best) and
+        for fp32 layers (2.0x)."""
+        taps = max(math.prod(problem.filter), 9)
+        return self.recompute_weight * math.sqrt(taps / 9) * (0.5 if problem.dtype is DType.FP32 else 1.0)
 
     def fill(self, blocks: int, target: DeviceTarget) -> float:
         """Up to 2 as the grid grows to one wave of two resident blocks an SM, on a log scale: a tile of
@@ -250,7 +261,8 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         linear fill to 4 blocks an SM with 0.1 a channel-tile doubling picked b64x64 tiles for wide K
         (1.6-2x the best, b64x128/b64x256 winning) and the prior's pick ran 1.228x the best (worst
         3.37x); with these 1.113x (worst 1.67x); on seeds 54 and 55, tuned after the choice, 1.232x ->
-        1.119x and 1.264x -> 1.138x (worst 1.59x and 2.04x)."""
+        1.119x and 1.264x -> 1.138x (worst 1.59x and 2.04x). The channel-tile term has since become
+        recompute() (§37)."""
         wave = 2 * target.processors
         return 2.0 * min(math.log2(max(blocks, 1)) / math.log2(wave), 1.0)
 
@@ -302,6 +314,9 @@ class FusedMfma(MfmaRules, Fused):
 
     def fill(self, blocks: int, target: DeviceTarget) -> float:
         return fill_score(blocks, target)
+
+    def recompute(self, problem: DwsepProblem) -> float:
+        return self.recompute_weight
 
     def depthwise_chain(self, p: FusedParams, problem: DwsepProblem) -> float:
         return 0.0

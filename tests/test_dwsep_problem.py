@@ -219,7 +219,7 @@ def test_the_wave_fill_grows_on_a_log_scale_to_two_blocks_an_sm_and_amd_keeps_th
 
 
 @pytest.mark.parametrize(("dtype", "spec", "wide"), [
-    # Measured on the H100 (bench/NOTES.md §37): a 7x7 filter (49 taps: three mask registers a window)
+    # Measured on the H100 (bench/NOTES.md §37): a 7x7 filter (49 taps: four mask registers a window)
     # ran 1.7-3.3x faster with 16-byte items, fp32 mostly faster; 16-bit with up to 29 taps slower.
     (DType.BF16, "N=8,C=429,K=109,input=14x14,filter=7x7,pad=3", True),
     (DType.FP32, "N=8,C=27,K=71,input=40x40,filter=3x3,pad=1", True),

@@ -284,8 +284,8 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
     def item_width(self, p: FusedParams, problem: DwsepProblem) -> float:
         """For 16-byte items over narrower loads where they paid on the H100, against them elsewhere. Every
         candidate of the 39 shipped channels-last problems whose winners had narrower loads timed both
-        ways (bench/NOTES.md §37): over 32 taps (each window's tap masks then take three registers, not
-        one) the best wide tile ran 1.7-3.3x faster than the best narrow one (4 filters of 7x7); fp32
+        ways (bench/NOTES.md §37): over 32 taps (each window's tap masks then take four registers, not
+        one) the best wide tile ran 1.7-3.3x faster than the best narrow one (5 layers, all 7x7); fp32
         (items of 4 over 1) 0.84-1.25x; 16-bit with up to 29 taps 0.65-1.05x, 0.86x geomean."""
         if not p.item_bytes:
             return 0.0

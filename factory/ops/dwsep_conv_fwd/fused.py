@@ -11,7 +11,6 @@ compiled in (`shape = "problem"` points), so the tap loops unroll and the bounds
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -95,8 +94,12 @@ class FusedParams:
         """(threads per position, groups, items per thread) of the depthwise stage, or None when the
         tile does not split: channels-last, block_k / item threads share a position and a thread takes
         block_m / groups positions; otherwise a thread takes one position and block_k / groups channels."""
+        return self.work_of_items(channels_last, self.item(element_bytes))
+
+    def work_of_items(self, channels_last: bool, item: int) -> tuple[int, int, int] | None:
+        """work() with channels-last items of `item` channels."""
         if channels_last:
-            tpr = self.block_k // self.item(element_bytes)
+            tpr = self.block_k // item
             if self.threads % tpr or self.block_m % (self.threads // tpr):
                 return None
             groups = self.threads // tpr
@@ -274,7 +277,7 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
         the term took the prior's pick from 1.63x the best to 1.16x (worst 6.07x -> 1.70x)."""
         # Counted as for the same tile with items one load wide: the term was fitted on those, and
         # item_width weighs the wider items on their own.
-        work = dataclasses.replace(p, item_bytes=0).work(problem.layout is Layout.NHWGC, problem.dtype.tensor.nbytes)
+        work = p.work_of_items(problem.layout is Layout.NHWGC, p.vector)
         items = work[2] if work else 1
         return 0.3 * max(0.0, math.log2(items / 2))
 

@@ -618,3 +618,59 @@ def test_emulator_catches_a_wrong_kernel(monkeypatch):
 
     monkeypatch.setattr(SOLVER, "launch_plan", wrong_groups)
     assert not kernel_emulator.check_instance(inst, p).ok
+
+
+# `group` with `hold`: x and dy of the block's rows kept in shared memory between the sums and dx.
+HOLD_PROBLEMS = [
+    (Layout.NGCHW, DType.FP16, "N=3,C=32,G=8,input=12x10"),  # per (n, g): 4 rows of 120
+    (Layout.NGCHW, DType.FP32, "N=2,C=8,G=2,input=16x12"),  # per group: both samples' rows
+    (Layout.NGCHW, DType.BF16, "N=2,C=12,G=3,input=5x8,affine=0"),
+    (Layout.NGCHW, DType.FP16, "N=1,C=16,G=4,input=4x6x8"),
+]
+
+
+def _held(spec: tuple) -> tuple[GroupNormProblem, list]:
+    layout, dtype, text = spec
+    p = parse_groupnorm_problem(text, layout, dtype)
+    held = sorted((i for i in lookup(p) if i.family == "group" and i.params.hold), key=lambda i: i.name)
+    return p, held
+
+
+@needs_gxx
+@pytest.mark.parametrize("spec", HOLD_PROBLEMS, ids=lambda s: s[2])
+def test_emulated_group_hold_matches_reference(spec):
+    """Both spans, every dtype, a rank of 3, no affine: the widest and the narrowest held instance."""
+    p, held = _held(spec)
+    assert held, f"no held group instance for {p.key}"
+    for inst in {held[0], held[-1]}:
+        verdict = kernel_emulator.check_instance(inst, p)
+        assert verdict.ok, f"{inst.name}: {verdict.message}"
+
+
+@needs_gxx
+def test_emulator_catches_a_held_block_short_of_shared_memory(monkeypatch):
+    """The held rows past half the dynamic shared memory overrun it: the emulator's guard must say so."""
+    p, held = _held(HOLD_PROBLEMS[0])
+    inst = held[-1]
+    original = SOLVER.launch_plan
+    assert kernel_emulator.check_instance(inst, p).ok
+
+    def half_shared(family, params, problem):
+        plan = original(family, params, problem)
+        steps = tuple(dataclasses.replace(s, shared_bytes=s.shared_bytes // 2)
+                      if isinstance(s, Launch) and s.shared_bytes else s for s in plan.steps)
+        return dataclasses.replace(plan, steps=steps)
+
+    monkeypatch.setattr(SOLVER, "launch_plan", half_shared)
+    verdict = kernel_emulator.check_instance(inst, p)
+    assert not verdict.ok and "dynamic shared memory overrun" in verdict.message, verdict.message
+
+
+def test_hold_refused_where_the_rows_do_not_fit_shared_memory():
+    """One (n, g) of 4 channels of 64x64 holds (64 KB of x and dy); the group's 4 samples (256 KB) do not."""
+    p = parse_groupnorm_problem("N=4,C=64,G=16,input=64x64", Layout.NGCHW, DType.FP16)
+    held = [i for i in select_instances(OP) if i.family == "group" and i.params.hold and i.dtype is DType.FP16
+            and i.layout is Layout.NGCHW and i.ndim == 2]
+    reasons = {i.params.span: SOLVER.why_not(i.family, i.params, p, DEFAULT_TARGET) for i in held}
+    assert reasons[Span.PER_SAMPLE] is None
+    assert "shared memory" in reasons[Span.PER_GROUP]

@@ -1,6 +1,7 @@
 """`group`: a block owns whole groups' rows (every sample of a group, or one (n, g)), sums them, derives
-the coefficients and writes dx re-reading its rows mostly from cache; no memset, deterministic. NGCHW
-only (a group's rows are contiguous there), and only groups small enough for one block.
+the coefficients and writes dx re-reading its rows mostly from cache, or, with `hold`, from the copy the
+sums pass left in shared memory; no memset, deterministic. NGCHW only (a group's rows are contiguous
+there), and only groups small enough for one block.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from .problem import GroupNormProblem
 
 FINISH_THREADS = 256  # per-sample span: threads per block of the dgamma/dbeta launch
 GROUP_ROW_CAP = 1024  # (n, c) rows of one group whose sums a block keeps in shared memory
-GROUP_SHARED_BYTES = 3 * GROUP_ROW_CAP * 8  # kf_group's part, sums and coef: a float pair per row each
+# With `hold` the rows themselves take the shared memory: the sums' arrays shrink so that two blocks of a
+# 100 KB unit (resnet_gn_256: 8 channels of 56x56, x and dy in fp16) fit an SM.
+HOLD_ROW_CAP = 128
 GROUP_ELEMENT_CAP = 1 << 18  # elements of one group (N*D*S) one block streams at most
 GROUP_CELLS = frozenset(cell for cell in CELLS if cell[0] is Layout.NGCHW)  # a group's rows are contiguous
 # The heuristic (cost.py): a block's fixed time between its sums and its dx (barriers, its rows' coefficients).
@@ -42,6 +45,7 @@ class GroupParams:
     vector: int
     unroll: int
     span: Span = Span.PER_GROUP
+    hold: bool = False  # the sums pass keeps the block's x and dy rows in shared memory for the dx pass
 
     def __post_init__(self) -> None:
         if self.threads % 32 or not 64 <= self.threads <= 1024:
@@ -51,13 +55,33 @@ class GroupParams:
         if self.unroll < 1:
             raise ValueError("unroll must be >= 1")
 
+    @property
+    def row_cap(self) -> int:
+        """(n, c) rows whose sums one block keeps (kf_group's ROW_CAP)."""
+        return HOLD_ROW_CAP if self.hold else GROUP_ROW_CAP
+
+    @property
+    def static_shared_bytes(self) -> int:
+        """kf_group's part, sums and coef arrays: a float pair per row each."""
+        return 3 * self.row_cap * 8
+
     def suffix(self) -> str:
-        return f"t{self.threads}_v{self.vector}_u{self.unroll}_{self.span.value}"
+        return f"t{self.threads}_v{self.vector}_u{self.unroll}_{self.span.value}" + ("_hold" if self.hold else "")
 
     def template_values(self) -> dict[str, Any]:
         return {"threads": self.threads, "vector": self.vector, "unroll": self.unroll, "reduce_mode": 0,
-                "row_cap": GROUP_ROW_CAP, "per_sample": int(self.span is Span.PER_SAMPLE),
-                "finish_threads": FINISH_THREADS}
+                "row_cap": self.row_cap, "per_sample": int(self.span is Span.PER_SAMPLE),
+                "finish_threads": FINISH_THREADS, "hold": self.hold}
+
+
+def rows_per_block(params: GroupParams, problem: GroupNormProblem) -> int:
+    """The (n, c) rows one block owns: a group's channels, of one sample or of all."""
+    return problem.per_group * (1 if params.span is Span.PER_SAMPLE else problem.N)
+
+
+def held_bytes(params: GroupParams, problem: GroupNormProblem) -> int:
+    """Dynamic shared memory of a `hold` block: its rows of x and of dy."""
+    return 2 * rows_per_block(params, problem) * problem.spatial * problem.dtype.tensor.nbytes if params.hold else 0
 
 
 def group_segments(params: GroupParams, problem: GroupNormProblem) -> tuple[int, int]:
@@ -81,13 +105,17 @@ class Group(GroupNormFamily):
 
     def why_not_here(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> str | None:
         per_sample = params.span is Span.PER_SAMPLE
-        rows = problem.per_group if per_sample else problem.N * problem.per_group
+        rows = rows_per_block(params, problem)
         owner = "(n, g)" if per_sample else "group"
-        if rows > GROUP_ROW_CAP:
-            return f"{rows} (n, c) rows per {owner}; one block keeps the sums of at most {GROUP_ROW_CAP}"
+        if rows > params.row_cap:
+            return f"{rows} (n, c) rows per {owner}; one block keeps the sums of at most {params.row_cap}"
         if rows * problem.spatial > GROUP_ELEMENT_CAP:
             return (f"{rows * problem.spatial} elements per {owner}; one block streams at most "
                     f"{GROUP_ELEMENT_CAP} (the fused family splits big groups across the GPU)")
+        held = held_bytes(params, problem)
+        if held + params.static_shared_bytes > target.shared_optin:
+            return (f"holding an {owner}'s x and dy takes {held} bytes of shared memory, over the "
+                    f"{target.shared_optin - params.static_shared_bytes} a block has beside its sums")
         return None
 
     def launch_plan(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> LaunchPlan:
@@ -96,9 +124,10 @@ class Group(GroupNormFamily):
         segs, seg_len = group_segments(params, problem)
         common = gn_args(problem)
         args = (common, I32(segs), I32(seg_len))
+        held = held_bytes(params, problem)
         if params.span is Span.PER_GROUP:
-            return LaunchPlan((Launch("kf_group", (G, 1, 1), (params.threads, 1, 1), args),), 0)
-        steps = [Launch("kf_group", (N * G, 1, 1), (params.threads, 1, 1), args)]
+            return LaunchPlan((Launch("kf_group", (G, 1, 1), (params.threads, 1, 1), args, shared_bytes=held),), 0)
+        steps = [Launch("kf_group", (N * G, 1, 1), (params.threads, 1, 1), args, shared_bytes=held)]
         if problem.affine:
             steps.append(Launch("kf_group_finish", (math.ceil(C / FINISH_THREADS), 1, 1), (FINISH_THREADS, 1, 1),
                                 (common,)))
@@ -109,24 +138,28 @@ class Group(GroupNormFamily):
 
     def estimate_us(self, params: GroupParams, problem: GroupNormProblem, target: DeviceTarget) -> float:
         """Microseconds: one launch (two for per_sample's dgamma/dbeta), then the waves of blocks, each warp
-        walking its segments twice (sums, dx) a trip at a time, or the traffic, whichever binds.
+        walking its segments twice (sums, dx) a trip at a time, or the traffic, whichever binds. A `hold`
+        block re-reads nothing (its dx pass reads shared memory), and its shared memory bounds residency.
+        No term favours `hold` further: a bonus of 3-10 % on tensors of 8 MB and more moved the pick by at
+        most 0.4 % on 61 H100 problems tuned in full (bench/NOTES.md §39).
 
         Register-limited residency decides the waves where blocks are many (H100 suite+seed21, fp32 N=64 C=256
         10x10, 2048 blocks: per_sample t256 u1 24 us, t512 u1 30, t512 u4 58); one block per group leaves SMs
         idle and wants every warp streaming (per_group, 15 problems: t1024 u4 1.02x the best, t256 u1 1.77x)."""
         per_sample = params.span is Span.PER_SAMPLE
         blocks = problem.N * problem.G if per_sample else problem.G
-        rows = problem.per_group * (1 if per_sample else problem.N)
+        rows = rows_per_block(params, problem)
         segs, seg_len = group_segments(params, problem)
         per_warp = math.ceil(rows * segs / (params.threads // 32))
         trips = math.ceil(math.ceil(seg_len / (32 * params.vector)) / params.unroll)
-        resident = cost.resident_blocks(params.threads, group_registers(params), target, GROUP_SHARED_BYTES)
+        resident = cost.resident_blocks(params.threads, group_registers(params), target,
+                                        params.static_shared_bytes + held_bytes(params, problem))
         waves = cost.waves(blocks, resident, target)
         latency = waves * (2 * per_warp * trips * cost.LATENCY_US + BLOCK_PHASES_US)
         tensor = problem.numel * problem.dtype.tensor.nbytes
         # x, dy, dx once; the dx half re-reads a block's x and dy, from L2 while the resident blocks' fit
         working = min(blocks, target.processors * resident) * 2 * rows * problem.spatial * problem.dtype.tensor.nbytes
-        missed = 2 * tensor * max(0.0, 1 - cost.L2_BYTES / working)
+        missed = 0.0 if params.hold else 2 * tensor * max(0.0, 1 - cost.L2_BYTES / working)
         traffic = cost.memory_us(3 * tensor + missed, blocks, target)
         kernels = 2 if per_sample and problem.affine else 1
         return cost.launch_us(kernels) + cost.bound_us(latency, traffic)

@@ -694,3 +694,37 @@ def test_a_kernel_served_without_tuning_says_where_it_came_from_in_the_note():
     row = bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(Served))
     assert row.status is Status.OK and row.note.startswith(Served.served)
     assert not bench_item(_item(SMALL, Layout.NHWGC, DType.FP32), _env(ReferenceKernel)).note.startswith("served")
+
+
+def test_timer_runs_the_reps_again_behind_more_flushes_when_their_enqueue_outlasts_the_flushes():
+    """Warm-up enqueues fast (one flush), timed reps at 135 µs against an 85 µs flush: a second round
+    behind ceil(1.5 * 135 / 85) = 3 flushes, whose times are the ones reported."""
+    from factory.bench.timing import CudaTimer, TimingSettings
+
+    class FakeTimer(CudaTimer):
+        def __init__(self) -> None:  # no torch, no GPU: only the decision under test
+            self.settings = TimingSettings(reps=3, warmup=0)
+            self.device = None
+            self.flush_us = 85.0
+            self.rounds: list[int] = []
+
+            class Cuda:
+                @staticmethod
+                def synchronize(device: object) -> None:
+                    return None
+
+            self._torch = type("FakeTorch", (), {"cuda": Cuda})
+
+        def _reps(self, fn, flushes):
+            self.rounds.append(flushes)
+            return ([218.0] * 3, [135.0] * 3) if len(self.rounds) == 1 else ([10.4] * 3, [135.0] * 3)
+
+    timer = FakeTimer()
+    timing = timer(lambda: None)
+    assert timer.rounds == [1, 3]
+    assert timing.median_us == 10.4 and timing.flush_us == 255.0 and not timing.launch_exposed
+
+    quick = FakeTimer()
+    quick._reps = lambda fn, flushes: (quick.rounds.append(flushes), ([10.0] * 3, [40.0] * 3))[1]
+    quick(lambda: None)
+    assert quick.rounds == [1]  # enqueue covered by the first round's flush: no second round

@@ -114,7 +114,8 @@ class Group(GroupNormFamily):
                     f"{GROUP_ELEMENT_CAP} (the fused family splits big groups across the GPU)")
         held = held_bytes(params, problem)
         if held + params.static_shared_bytes > target.shared_optin:
-            return (f"holding an {owner}'s x and dy takes {held} bytes of shared memory, over the "
+            article = "an" if per_sample else "a"
+            return (f"holding {article} {owner}'s x and dy takes {held} bytes of shared memory, over the "
                     f"{target.shared_optin - params.static_shared_bytes} a block has beside its sums")
         return None
 

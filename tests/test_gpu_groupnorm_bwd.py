@@ -137,3 +137,32 @@ def test_resident_kernel_is_captured_in_a_cuda_graph_and_replays(gpu_backend):
     for name in outputs:
         assert torch.equal(outputs[name].isnan(), eager[name].isnan())
         assert torch.allclose(outputs[name].float(), eager[name].float(), rtol=1e-2, atol=1e-2), name
+
+
+# Problems the window family walks in several windows: windows of whole groups (NGCHW, D a multiple of a
+# tile's rows), of whole samples (NHWGC), of tiles that straddle groups (N=16 C=1248: 39 channels a group,
+# a lag of two windows), samples larger than a window, odd sizes, no gamma.
+WINDOW_PROBLEMS = [
+    (Layout.NGCHW, DType.FP16, "N=1,C=128,G=32,input=512x512"),
+    (Layout.NGCHW, DType.BF16, "N=16,C=1248,G=32,input=11x11"),
+    (Layout.NHWGC, DType.FP16, "N=64,C=256,G=32,input=51x51"),
+    (Layout.NHWGC, DType.FP32, "N=3,C=288,G=8,input=204x204"),
+    (Layout.NGCHW, DType.FP32, "N=40,C=24,G=3,input=100x99,affine=0"),
+    (Layout.NHWGC, DType.BF16, "N=5,C=36,G=6,input=301x299"),
+]
+
+
+@pytest.mark.parametrize("layout, dtype, spec", WINDOW_PROBLEMS, ids=lambda v: getattr(v, "value", v))
+def test_window_family_over_several_windows_matches_reference(layout, dtype, spec, gpu_backend):
+    from factory.device import target_for
+    from factory.ops.groupnorm_bwd.window import window_geometry, windows
+
+    problem = parse_groupnorm_problem(spec, layout, dtype)
+    candidates = [i for i in lookup(problem) if i.family == "window"]
+    assert candidates, "no window instance applies"
+    target = target_for(gpu_backend.device_info())
+    assert max(windows(i.params, problem, window_geometry(i.params, problem, target)).count for i in candidates) > 1
+    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=1, warmup=0, seed=5))
+    failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
+    assert len(measurements) == len(candidates)
+    assert not failed, "\n".join(failed)

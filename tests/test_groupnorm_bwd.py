@@ -168,6 +168,8 @@ def test_heuristic_picks_the_measured_winners_family_with_wide_loads():
     ("N=3,C=40,G=8,input=7x7", Layout.NHWGC, False),
 ])
 def test_tiles_cover_every_element_and_big_problems_fill_the_gpu(spec, layout, big):
+    from factory.ops.groupnorm_bwd.window import window_geometry
+
     p = parse_groupnorm_problem(spec, layout, DType.FP16)
     for inst in lookup(p):
         if inst.family == "group":  # one block per group or per (n, g), whatever the sizes
@@ -177,10 +179,11 @@ def test_tiles_cover_every_element_and_big_problems_fill_the_gpu(spec, layout, b
             continue
         if inst.family == "resident":  # a persistent grid in rounds: test_resident_rounds_cover_every_unit
             continue
-        geo = geometry(inst.params, p)
+        window = inst.family == "window"  # fused tiles of a fixed length, walked by a persistent grid
+        geo = window_geometry(inst.params, p, DEFAULT_TARGET) if window else geometry(inst.params, p)
         threads = geo.lanes * geo.rows
         assert threads <= inst.params.threads, inst.name
-        if big:  # at least a quarter of an H100's resident threads, N*C small or not
+        if big and not window:  # at least a quarter of an H100's resident threads, N*C small or not
             assert geo.blocks * threads >= 132 * 512, inst.name
         if layout is Layout.NGCHW:
             assert geo.lanes % 32 == 0
@@ -202,6 +205,10 @@ def test_launch_plans_per_family():
         accumulators = 4 * (2 * p.N * p.G + 2 * p.C)
         if inst.family == "resident":  # per-(n, c) sums and the grid barrier's counter
             accumulators = 4 * (2 * p.N * p.C + 1)
+        if inst.family == "window":  # fused's, then the ticket and done counters and one a window
+            from factory.ops.groupnorm_bwd.window import window_geometry, windows
+            count = windows(inst.params, p, window_geometry(inst.params, p, DEFAULT_TARGET)).count
+            accumulators += 4 * (2 + count)
         if memsets:
             assert memsets[0].buffer == "workspace" and memsets[0].nbytes == accumulators
         assert plan.workspace_bytes >= accumulators
@@ -223,6 +230,7 @@ def test_launch_plans_per_family():
         assert segs * seg_len >= small.spatial > (segs - 1) * seg_len and seg_len % (32 * inst.params.vector) == 0
         assert rows * segs <= max(rows, inst.params.threads // 32)  # the block's segment sums fit
     assert entries[("resident", None)] == {("kf_resident", "kf_resident_finish")}
+    assert entries[("window", None)] == {("kf_window",)}
     assert entries[("group", Span.PER_GROUP)] == {("kf_group",)}
     assert entries[("group", Span.PER_SAMPLE)] == {("kf_group", "kf_group_finish")}
     plain = dataclasses.replace(p, affine=False)
@@ -674,3 +682,64 @@ def test_hold_refused_where_the_rows_do_not_fit_shared_memory():
     reasons = {i.params.span: SOLVER.why_not(i.family, i.params, p, DEFAULT_TARGET) for i in held}
     assert reasons[Span.PER_SAMPLE] is None
     assert "shared memory" in reasons[Span.PER_GROUP]
+
+
+def _tile_groups(p, geo, b):
+    """The (n, g) groups a fused tile touches, from its rows (NGCHW) or its sample (NHWGC)."""
+    if p.layout is Layout.NHWGC:
+        n = b // (geo.splits * geo.tiles)
+        return {(n, g) for g in range(p.G)}
+    tile = b // geo.splits
+    rows = range(tile * geo.rows, min(p.N * p.C, (tile + 1) * geo.rows))
+    return {(r // p.C, (r % p.C) // p.per_group) for r in rows}
+
+
+@pytest.mark.parametrize("spec, layout", [
+    ("N=16,C=1248,G=32,input=11x11", Layout.NGCHW),  # 39 channels a group across tiles of several rows
+    ("N=3,C=24,G=6,input=5x7", Layout.NGCHW),  # several groups a tile
+    ("N=1,C=64,G=4,input=700x701", Layout.NGCHW),  # rows split across many tiles
+    ("N=5,C=36,G=6,input=31x29", Layout.NHWGC),
+    ("N=2,C=512,G=32,input=300x211", Layout.NHWGC),  # samples larger than a window
+])
+def test_window_dx_tiles_wait_only_for_sums_handed_out_before_them(spec, layout):
+    """Brute force over tiles: the windows a dx tile waits for (needed_windows, the kernel's
+    gn_needed_windows) are exactly those holding a sums tile of one of its groups, and the ticket order
+    hands all of them out before the dx tile, so no block waits for a tile nobody holds."""
+    from factory.ops.groupnorm_bwd.window import needed_windows, window_geometry, windows
+
+    p = parse_groupnorm_problem(spec, layout, DType.FP16)
+    found = [i for i in lookup(p) if i.family == "window"]
+    assert found
+    for inst in found:
+        for window_mb in (1, inst.params.window_mb):  # 1 MiB: many windows
+            params = dataclasses.replace(inst.params, window_mb=window_mb)
+            geo = window_geometry(params, p, DEFAULT_TARGET)
+            plan = windows(params, p, geo)
+            lo, hi = needed_windows(p, geo, plan.size)
+            owners: dict = collections.defaultdict(set)
+            for b in range(geo.blocks):
+                for group in _tile_groups(p, geo, b):
+                    owners[group].add(b // plan.size)
+            for b in range(0, geo.blocks, max(1, geo.blocks // 200)):
+                wanted = set().union(*(owners[g] for g in _tile_groups(p, geo, b)))
+                assert (lo[b], hi[b]) == (min(wanted), max(wanted))
+                # dx of window w comes after the sums of window w + lag (or of every window)
+                assert hi[b] <= min(plan.count - 1, b // plan.size + plan.lag)
+            assert plan.count == math.ceil(geo.blocks / plan.size) and 1 <= plan.lag <= plan.count
+
+
+@needs_gxx
+def test_emulated_window_over_many_windows_matches_reference(monkeypatch):
+    """Windows of a few KiB: every tile's sums and dx handed out once over dozens of windows, on the host.
+    The emulator runs one block at a time (that block takes every ticket), so the waits between blocks
+    are checked by the formula test above and on the GPU (test_gpu_groupnorm_bwd.py)."""
+    from factory.ops.groupnorm_bwd import window
+
+    monkeypatch.setattr(window, "MIB", 4096)
+    for spec, layout in (("N=3,C=48,G=6,input=61x64", Layout.NGCHW), ("N=10,C=16,G=4,input=21x23", Layout.NHWGC)):
+        p = parse_groupnorm_problem(spec, layout, DType.FP16)
+        inst = next(i for i in lookup(p) if i.family == "window")
+        plan = window.windows(inst.params, p, window.window_geometry(inst.params, p, DEFAULT_TARGET))
+        assert plan.count > 3
+        verdict = kernel_emulator.check_instance(inst, p)
+        assert verdict.ok, verdict.message

@@ -12,7 +12,7 @@ This is PyTorch's formula (aten native_group_norm_backward) for any given mean a
 sum_{g}(x - mean) term is zero at the forward's own statistics and is left out. The kernels sum A
 centred (dy*(x - mean), not dy*x - mean*dy) so A keeps its digits when |mean| >> std.
 
-Three kernel families (one module each), all reading the forward's fp32 statistics and accumulating in fp32:
+Kernel families (one module each), all reading the forward's fp32 statistics and accumulating in fp32:
 - `threepass`: the classic scheme: per-channel sums (dgamma, dbeta), per-(n, g) sums, then dx, each pass
   reading x and dy: 7 tensor-sized transfers. Portable and simple.
 - `fused`: one read of x and dy produces per-(n, c) sums A, B, from which both dgamma/dbeta and the
@@ -26,6 +26,8 @@ bandwidth by this count; the dx pass walks the tiles in reverse to reuse what L2
 family re-reads a block's own rows right after summing them, mostly from cache. The resident family holds
 a round of whole groups in the grid's shared memory between the sums and dx: 3 transfers at any size
 (NVIDIA: it needs a cooperative launch).
+The window family runs the fused family's two passes in one persistent launch, dx one window of tiles
+behind the sums, so that dx re-reads x and dy from L2.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from .problem import (
 from .reference import backward
 from .resident import Resident, ResidentParams
 from .stream import Finish, Fused, FusedParams, Geometry, StreamParams, ThreePass, ThreePassParams, geometry
+from .window import Window, WindowParams
 
 INPUT_EPS = 1e-5  # variance epsilon of the statistics random_inputs derives from x
 
@@ -60,7 +63,7 @@ class GroupNormBwd(OpModule[GroupNormProblem]):
     """The `groupnorm_bwd` op (see factory.ops.base.OpModule)."""
 
     op = Op.GROUPNORM_BWD
-    family_list = (ThreePass(), Fused(), Group(), Resident())
+    family_list = (ThreePass(), Fused(), Group(), Resident(), Window())
     # The prior is a time model (cost.py) that a neighbour's winner seldom beats. Leave-one-out over the H100
     # suite + seed-21 DB: neighbours at 0.8-1.0 served at 1.00-1.10x the winner (the prior 1.01-1.09x),
     # those at 2-10 at 1.0-4.2x (the prior 1.0-1.14x). bench/NOTES.md 28d.
@@ -194,6 +197,7 @@ SOLVER = GroupNormBwd()
 
 __all__ = [
     "CELLS", "GROUP_CELLS", "SOLVER", "Finish", "FusedParams", "Geometry", "GroupNormBwd", "GroupNormProblem",
-    "GroupParams", "ResidentParams", "Span", "StreamParams", "ThreePassParams", "geometry", "group_segments",
+    "GroupParams", "ResidentParams", "Span", "StreamParams", "ThreePassParams", "WindowParams", "geometry",
+    "group_segments",
     "parse_groupnorm_problem", "from_ncs", "to_ncs",
 ]

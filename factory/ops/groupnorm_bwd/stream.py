@@ -120,7 +120,10 @@ class Geometry:
         return (self.lanes, self.rows, 1)
 
 
-def geometry(params: StreamParams, problem: GroupNormProblem, target: DeviceTarget = DEFAULT_TARGET) -> Geometry:
+def geometry(params: Any, problem: GroupNormProblem, target: DeviceTarget = DEFAULT_TARGET,
+             tile_trips: int | None = None) -> Geometry:
+    """The tiles of `params` (threads, vector, unroll): split to fill `params.waves` waves of the device,
+    or, given `tile_trips`, split so that each tile is that many trips of the block long."""
     S, vec = problem.spatial, params.vector
     if problem.layout is Layout.NHWGC:
         vector_lanes = problem.C // vec
@@ -137,8 +140,11 @@ def geometry(params: StreamParams, problem: GroupNormProblem, target: DeviceTarg
         tiles = math.ceil(problem.N * problem.C / rows)
         unsplit = tiles
     trips = math.ceil(S / trip)
-    wanted = params.waves * target.resident_threads / (lanes * rows)
-    splits = min(max(1, round(wanted / unsplit)), trips)
+    if tile_trips is None:
+        wanted = params.waves * target.resident_threads / (lanes * rows)
+        splits = min(max(1, round(wanted / unsplit)), trips)
+    else:
+        splits = math.ceil(trips / tile_trips)
     chunk = math.ceil(trips / splits) * trip
     splits = math.ceil(S / chunk)
     return Geometry(lanes, rows, chunk, splits, tiles, unsplit * splits)

@@ -49,11 +49,18 @@ def test_resident_family_over_several_rounds_matches_reference(layout, dtype, sp
     from factory.device import target_for
 
     problem = parse_groupnorm_problem(spec, layout, dtype)
-    candidates = [i for i in lookup(problem) if i.family == "resident"]
-    assert candidates, "no resident instance applies"
     target = target_for(gpu_backend.device_info())
-    assert max(rounds(i.params, problem, target).count for i in candidates) > 1
-    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=1, warmup=0, seed=3))
+    _every_instance_of_family_verified(problem, "resident", gpu_backend, seed=3,
+                                       several=lambda i: rounds(i.params, problem, target).count > 1)
+
+
+def _every_instance_of_family_verified(problem, family, backend, seed, several):
+    """Tune every `family` instance of `problem` (at least one of them walking it in several rounds or
+    windows, as `several` says) and require each to match the reference."""
+    candidates = [i for i in lookup(problem) if i.family == family]
+    assert candidates, f"no {family} instance applies"
+    assert any(several(i) for i in candidates)
+    measurements = tune(problem, candidates, backend, TuneSettings(reps=1, warmup=0, seed=seed))
     failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
     assert len(measurements) == len(candidates)
     assert not failed, "\n".join(failed)
@@ -158,11 +165,7 @@ def test_window_family_over_several_windows_matches_reference(layout, dtype, spe
     from factory.ops.groupnorm_bwd.window import window_geometry, windows
 
     problem = parse_groupnorm_problem(spec, layout, dtype)
-    candidates = [i for i in lookup(problem) if i.family == "window"]
-    assert candidates, "no window instance applies"
     target = target_for(gpu_backend.device_info())
-    assert max(windows(i.params, problem, window_geometry(i.params, problem, target)).count for i in candidates) > 1
-    measurements = tune(problem, candidates, gpu_backend, TuneSettings(reps=1, warmup=0, seed=5))
-    failed = [f"{m.instance}: {m.error}" for m in measurements if not m.verified]
-    assert len(measurements) == len(candidates)
-    assert not failed, "\n".join(failed)
+    _every_instance_of_family_verified(
+        problem, "window", gpu_backend, seed=5,
+        several=lambda i: windows(i.params, problem, window_geometry(i.params, problem, target)).count > 1)

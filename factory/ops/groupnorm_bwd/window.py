@@ -133,10 +133,6 @@ class Window(GroupNormFamily):
     params_type = WindowParams
     description = "the fused passes in one persistent launch, dx a window behind the sums: x and dy re-read from L2"
 
-    def workspace_floats(self, params: WindowParams, problem: GroupNormProblem, geo: Geometry) -> int:
-        """Fused's accumulators (per (n, g), per channel), then the counters; all zeroed before the launch."""
-        return 2 * problem.N * problem.G + 2 * problem.C + COUNTERS + windows(params, problem, geo).count
-
     def why_not_here(self, params: WindowParams, problem: GroupNormProblem, target: DeviceTarget) -> str | None:
         return None  # the workspace is a few floats per channel and (n, g): smaller than the tensors
 
@@ -144,7 +140,8 @@ class Window(GroupNormFamily):
         """Zero the accumulators and counters, then one grid of the blocks the device holds at once."""
         geo = window_geometry(params, problem, target)
         plan = windows(params, problem, geo)
-        words = self.workspace_floats(params, problem, geo)
+        # fused's accumulators (per (n, g), per channel), then the counters; all zeroed before the launch
+        words = 2 * problem.N * problem.G + 2 * problem.C + COUNTERS + plan.count
         args = (gn_args(problem), tiles_args(geo), I32(plan.size), I32(plan.lag), I32(plan.count), I32(plan.tiles))
         launch = Launch("kf_window", (grid_blocks(params, problem, target, geo), 1, 1), geo.block, args)
         return LaunchPlan((Memset("workspace", 4 * words), launch), 4 * words)
@@ -160,10 +157,9 @@ class Window(GroupNormFamily):
         the tiles' turns, not to traffic) and 1.2-1.35 TB/s in NHWGC (x and dy read twice), against the
         2.8 TB/s of cost.DRAM_BYTES_PER_US (bench/NOTES.md 42)."""
         geo = window_geometry(params, problem, target)
-        plan = windows(params, problem, geo)
         tensor = problem.numel * problem.dtype.tensor.nbytes
         grid = grid_blocks(params, problem, target, geo)
-        tiles_each = 2 * plan.tiles / grid  # sums and dx tiles one block walks in turn
+        tiles_each = 2 * geo.blocks / grid  # sums and dx tiles one block walks in turn
         latency = tiles_each * math.ceil(geo.chunk / trip(params, geo, problem)) * cost.LATENCY_US
         traffic = cost.memory_us(3 * tensor, grid, target) * RATE_PENALTY[problem.layout]
         streaming = cost.bound_us(latency, traffic) + tiles_each * TILE_US

@@ -30,7 +30,7 @@ MIB = 1 << 20
 COUNTERS = 2  # the ticket counter and the count of blocks done, before one counter per window
 # The heuristic (cost.py, estimate_us): what a tile costs beyond its bytes (taking a ticket, the block's
 # reduction and atomics), and how much slower than cost.DRAM_BYTES_PER_US the floor's bytes move (H100,
-# the best window instance of 8 problems of 51-99 MB a tensor, fp16: NGCHW 1.4-1.8 TB/s, NHWGC 1.2-1.35).
+# the best window instance of 8 problems of 51-99 MB a tensor, fp16: NGCHW 1.4-2.0 TB/s, NHWGC 1.2-1.35).
 TILE_US = 0.3
 # A call's fixed cost: 14 problems of 0.01-2 MB a tensor (H100) ran their best window instance in 12-16 us
 # where the other families' best took 9-11 us (the persistent grid's blocks each take a ticket, spin and
@@ -153,9 +153,9 @@ class Window(GroupNormFamily):
         """Microseconds: one launch and a memset, then the floor's 3 transfers at the rate this family
         reached, or the chain of load trips a block walks over its tiles, whichever binds; fused's atomic
         contention. The rate is measured, not derived: on the H100 the best window instance moved the floor's
-        bytes at 1.4-1.8 TB/s in NGCHW (DRAM reads within 8 % of x and dy once, by ncu: the time goes to
-        the tiles' turns, not to traffic) and 1.2-1.35 TB/s in NHWGC (x and dy read twice), against the
-        2.8 TB/s of cost.DRAM_BYTES_PER_US (bench/NOTES.md 42)."""
+        bytes at 1.4-2.0 TB/s in NGCHW (DRAM reads those of x and dy once, by ncu: the time goes to the
+        tiles' turns, block barriers and loads, not to traffic) and 1.2-1.35 TB/s in NHWGC (x and dy read
+        twice), against the 2.8 TB/s of cost.DRAM_BYTES_PER_US (bench/NOTES.md 42)."""
         geo = window_geometry(params, problem, target)
         tensor = problem.numel * problem.dtype.tensor.nbytes
         grid = grid_blocks(params, problem, target, geo)

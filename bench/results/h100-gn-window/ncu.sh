@@ -4,9 +4,9 @@ import csv,sys
 for r in csv.DictReader(sys.stdin):
     print(r['Kernel Name'][:12], r['Metric Name'], r['Metric Value'])
 "; }
-for p in "NGCHW fp16 N=4,C=128,G=32,input=310x310 groupnorm_bwd_2d_ngchw_fp16_window_t512_v4_u4_r2_b2_m8" \
+for p in "NGCHW fp16 N=4,C=128,G=32,input=310x310 groupnorm_bwd_2d_ngchw_fp16_window_t512_v4_u4_r2_b4_m8" \
          "NGCHW fp16 N=4,C=128,G=32,input=310x310 groupnorm_bwd_2d_ngchw_fp16_fused_t512_v4_u4_w4_atomic" \
-         "NGCHW fp16 N=4,C=128,G=32,input=310x310 groupnorm_bwd_2d_ngchw_fp16_window_t256_v8_u2_r1_b2_m8" \
-         "NHWGC fp16 N=64,C=256,G=32,input=51x51 groupnorm_bwd_2d_nhwgc_fp16_window_t512_v8_u2_r4_b2_m16"; do
+         "NGCHW fp16 N=4,C=128,G=32,input=310x310 groupnorm_bwd_2d_ngchw_fp16_window_t512_v8_u4_r1_b4_m8" \
+         "NHWGC fp16 N=64,C=256,G=32,input=51x51 groupnorm_bwd_2d_nhwgc_fp16_window_t512_v8_u2_r4_b4_m16"; do
   echo "== $p"; run $p
 done

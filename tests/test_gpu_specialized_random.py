@@ -4,9 +4,9 @@ hand) against PyTorch (cuDNN) on 60 seeded random depthwise shapes the catalogs 
 Filters are drawn from 1-D taps 3..64 and 2-D k x l up to 13 x 13 (square and not), stride 1 or 2,
 dilation 1 or 2, every layout and dtype the specializing family takes, spatial sizes that are multiples
 of nothing. For each problem and each family that specializes for it (dwr; dwh on 2-D), the instance the
-heuristic ranks first and the one with the fewest splits when it differs run through Kernel.run on
-PyTorch tensors (outputs poisoned first) and must agree with aten.convolution_backward as `kfactory bench`
-requires."""
+heuristic ranks first, the one with the fewest splits, and for dwh the best-ranked of each `ahead` run
+through Kernel.run on PyTorch tensors (outputs poisoned first) and must agree with
+aten.convolution_backward as `kfactory bench` requires."""
 
 import numpy as np
 import pytest
@@ -66,9 +66,13 @@ def test_specialized_instances_match_pytorch_on_random_shapes(gpu_backend):
             continue
         for family in sorted({c.family for c in mine}):
             own = [c for c in mine if c.family == family]
-            best = max(own, key=lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target))
+            score = lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target)  # noqa: E731
+            best = max(own, key=score)
             fewest = min(own, key=lambda c: (c.params.split_k, c.name))
-            runs += [(problem, c) for c in dict.fromkeys((best, fewest))]
+            # dwh: also the best-ranked point of each way of loading ahead (ahead 0, 1, 2).
+            aheads = {getattr(c.params, "ahead", None) for c in own} - {None}
+            per_ahead = [max((c for c in own if c.params.ahead == n), key=score) for n in sorted(aheads)]
+            runs += [(problem, c) for c in dict.fromkeys((best, fewest, *per_ahead))]
     assert not missing, f"no specialized instance applies to: {missing}"
     ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
     shapes = len({p.key for p, _ in runs})

@@ -28,23 +28,30 @@ TWO_D = frozenset(cell for cell in UP_TO_2D if cell[2] == 2)
 
 @dataclass(frozen=True)
 class DwhParams(DwrParams):
-    """dwr's fields (rows: the strip's length) and the column stride compiled in (0: from the arguments)."""
+    """dwr's fields (rows: the strip's length), the column stride compiled in (0: from the arguments), and
+    how a thread keeps the next steps' loads in flight (`ahead`): 0, the next step's behind a branch (the
+    compiler may sink them below the step's FMAs); 1 or 2, the next one or two steps' as predicated loads
+    issued before the FMAs (twice the load registers at 2). Names spell it only when it is not 0."""
 
     w_stride: int = 0
+    ahead: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.w_stride < 0:
             raise ValueError("w_stride is an element stride (0: read at run time)")
+        if self.ahead not in (0, 1, 2):
+            raise ValueError("ahead is 0 (the next step's loads behind a branch), 1 or 2 steps")
 
     def suffix(self) -> str:
-        return f"{super().suffix()}_w{self.w_stride}"
+        ahead = f"_a{self.ahead}" if self.ahead else ""
+        return f"{super().suffix()}_w{self.w_stride}{ahead}"
 
     def template_values(self) -> dict[str, Any]:
-        return super().template_values() | {"w_stride": self.w_stride}
+        return super().template_values() | {"w_stride": self.w_stride, "ahead": self.ahead}
 
 
-_SUFFIX_RE = re.compile(DWR_SUFFIX_RE.pattern + r"_w(?P<w_stride>\d+)")
+_SUFFIX_RE = re.compile(DWR_SUFFIX_RE.pattern + r"_w(?P<w_stride>\d+)(?:_a(?P<ahead>\d+))?")
 
 
 def column_stride(problem: ConvProblem) -> int | None:
@@ -74,7 +81,8 @@ class Dwh(Dwr):
         return None if stride is None else {**values, "w_stride": stride}
 
     def parse_suffix(self, suffix: str) -> DwhParams | None:
-        return params_from_suffix(_SUFFIX_RE, DwhParams, suffix, {"reduction": Reduction})
+        return params_from_suffix(_SUFFIX_RE, DwhParams, suffix,
+                                  {"reduction": Reduction, "ahead": lambda v: 0 if v is None else int(v)})
 
     def why_not_here(self, p: DwhParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.ndim != 2:
@@ -92,11 +100,28 @@ class Dwh(Dwr):
           window, and v1 was the fastest dwh point on 9 of the 10 NHWGC problems dwh won (v2 on the fp32 one);
         - longer strips: less of a strip is drain steps and per-item setup; the winners walked 8-16 rows;
         - 0.3 above dwr: dwh was the faster family on 17 of the 26 (dwr 1.02-1.89x its time), dwr on 7
-          (dwh 1.10-1.22x dwr's time; NHWGC planes of 28x28 and less), dw on 2 (7x7 planes)."""
+          (dwh 1.10-1.22x dwr's time; NHWGC planes of 28x28 and less), dw on 2 (7x7 planes).
+        Plus `ahead_score`."""
         strips = 0.2 * math.log2(p.rows) - 0.6 * math.log2(p.vector) + 0.3
-        return super().heuristic_score(p, problem, target) + strips
+        return super().heuristic_score(p, problem, target) + strips + ahead_score(p)
 
     def block_size_cost(self, p: DwhParams) -> float:
         """None: dwr's preference for about 8 outputs a thread is about its registers, and a strip's hold
         one output row whatever its length."""
         return 0.0
+
+
+def ahead_score(p: DwhParams) -> float:
+    """Predicated loads one step ahead, in an uncapped block, for filters of up to 9 taps: a little above
+    their branch twin; every other `ahead` point well below it, left to tuning.
+
+    Measured on the H100 (the 28 depthwise layers of MobileNetV2 and ConvNeXt-T at batch 64, bf16, NHWGC
+    and NGCHW, every candidate timed; bench/NOTES.md 43): ahead 1 with at most 9 taps ran 1.04x (NHWGC, 38
+    pairs, 0.92-1.19x) and 1.05x (NGCHW, 91 pairs, 0.84-1.62x) faster than the same point at ahead 0; with
+    7x7 filters 0.89-0.93x. Ahead 2 and the register cap of two blocks an SM (`min_blocks` 2) won the
+    large channels-last 3x3 layers by up to 1.12x, and lost up to 20x where the cap made a strip spill."""
+    if not p.ahead:
+        return 0.0
+    if p.ahead == 1 and p.min_blocks == 1 and p.filter_h * p.filter_w <= 9:
+        return 0.02
+    return -0.5

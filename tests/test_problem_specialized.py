@@ -27,6 +27,8 @@ from factory.catalog import (
     read_catalog_file,
     specialized_instances,
 )
+from factory.device import TARGETS
+from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import DType, Layout, Op, parse_conv_problem
 from factory.resources import instances_dir
 from factory.selector import explain, lookup, stored_choice, with_specialized
@@ -284,3 +286,26 @@ def test_a_stored_specialized_winner_is_served_by_a_fresh_process_view(tmp_path)
     for cache in (_specialized_all, _specialized, _specialized_by_name):  # as in a process that never looked it up
         cache.cache_clear()
     assert select(problem, mode="db", backend=FakeGPU(problem), db=db).name == special
+
+
+def test_dwh_ahead_points_spell_it_and_the_prior_ranks_only_the_safe_one_above_its_twin():
+    """`ahead` shows in a name only when it is not 0 (every older name stays valid), parses back, and an
+    `_a0` spelling is refused; the prior puts ahead 1 on a 3x3 filter just above the same point at 0, and
+    ahead 2, a register cap or a 7x7 filter below it."""
+    base = "conv_bwd_weight_2d_nhwgc_bf16_dwh_l32x8_v1_b8x8_k{k}s1d1_o{o}_sk64_atomic_w144"
+    for ahead in (1, 2):
+        name = base.format(k="3x3", o=1) + f"_a{ahead}"
+        assert instance_by_name(name).params.ahead == ahead
+    assert instance_by_name(base.format(k="3x3", o=1)).params.ahead == 0
+    with pytest.raises(CatalogError):
+        instance_by_name(base.format(k="3x3", o=1) + "_a0")
+
+    def score(k: str, o: int, suffix: str) -> float:
+        inst = instance_by_name(base.format(k=k, o=o) + suffix)
+        problem = parse_conv_problem(f"N=64,G=144,C=1,K=1,input=56x56,filter={k},pad=1", Layout.NHWGC, DType.BF16)
+        return SOLVER.heuristic_score(inst.family, inst.params, problem, TARGETS["sm_90"])
+
+    twin = score("3x3", 1, "")
+    assert twin < score("3x3", 1, "_a1") < twin + 0.1
+    assert score("3x3", 1, "_a2") < twin and score("3x3", 2, "_a1") < twin
+    assert score("7x7", 1, "_a1") < score("7x7", 1, "")

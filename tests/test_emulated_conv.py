@@ -106,9 +106,10 @@ CASES = [
          lambda p: p.vector == 2 and p.segment == 8),
     Case("dwh-nhwgc-fp32-lanes-past-g", "dwh", L.NHWGC, D.FP32, "N=90,G=24,C=1,K=1,input=13x11,filter=3x3,stride=1,pad=1",
          R.ATOMIC, lambda p: p.vector == 1 and p.threads_lane == 32),
-    # Loads one and two steps ahead: strips of odd and even step counts, a stride of 2 with dilation 2.
+    # Loads one and two steps ahead: strips of odd and even step counts, a stride of 2 with dilation 2, 16
+    # threads along groups.
     Case("dwh-nhwgc-fp16-ahead1", "dwh", L.NHWGC, D.FP16, "N=90,G=64,C=1,K=1,input=13x11,filter=3x3,pad=1", R.ATOMIC,
-         lambda p: p.ahead == 1 and p.vector == 2 and p.rows == 8),
+         lambda p: p.ahead == 1 and p.threads_lane == 16 and p.rows == 8),
     Case("dwh-ngchw-bf16-ahead2-s2-d2", "dwh", L.NGCHW, D.BF16, "N=3,G=2,C=1,K=1,input=37x29,filter=3x3,stride=2,pad=2,dilation=2",
          R.DIRECT, lambda p: p.ahead == 2 and p.rows == 16),
     Case("dwh-ngchw-fp16-stride-at-run-time", "dwh", L.NGCHW, D.FP16, "N=35,G=5,C=1,K=1,input=40x23,filter=3x3,pad=1", R.ATOMIC,

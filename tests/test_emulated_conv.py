@@ -172,6 +172,17 @@ CASES = [
          lambda p: p.groups_per_tile == 4),
     Case("wgmma-ngchw-fp16-2d-transposed-groups-per-tile", "wgmma", L.NGCHW, D.FP16, "N=2,G=5,C=8,K=16,input=17x15,filter=3x3,pad=1",
          R.TWOSTAGE, lambda p: p.transpose and p.groups_per_tile == 4),
+    # pw: pointwise layers' rows streamed into wgmma tiles. Reduction rows that end inside a stage and a
+    # split, channels past a tile's edge, several groups, two warpgroups, element-sized chunks.
+    Case("pw-nhwgc-fp16-2d", "pw", L.NHWGC, D.FP16, "N=5,G=2,C=24,K=40,input=9x11,filter=1x1", R.TWOSTAGE,
+         lambda p: p.block_m == 64 and p.vector_a == 8),
+    Case("pw-gnhwc-bf16-1d-direct", "pw", L.GNHWC, D.BF16, "N=3,G=3,C=16,K=72,input=37,filter=1", R.DIRECT,
+         lambda p: p.block_m == 128),
+    Case("pw-nhwgc-bf16w-3d-atomic", "pw", L.NHWGC, D.BF16_FP32W, "N=2,G=1,C=136,K=8,input=4x8x33,filter=1x1x1",
+         R.ATOMIC),
+    Case("pw-nhwgc-fp16-odd-channels", "pw", L.NHWGC, D.FP16, "N=2,G=2,C=6,K=10,input=47x45,filter=1x1", R.TWOSTAGE,
+         lambda p: p.vector_a == 2 and p.vector_b == 2),
+    Case("pw-gnhwc-bf16-odd-weight", "pw", L.GNHWC, D.BF16, "N=3,G=2,C=5,K=7,input=40x41,filter=1x1", R.TWOSTAGE),
     # mfma: the same engine with AMD's 64-lane MFMA layout (fragments exchanged as the instruction does).
     Case("mfma-nhwgc-fp16-2d", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mfma-ngchw-bf16-2d-s2-p0", "mfma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -12,6 +12,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
 - `wgmma`: the same on Hopper's warpgroup MMA (templates/common/wgmma.h), sm_90a.
 - `mfma`: the same on AMD CDNA matrix cores (templates/common/mfma.h), 64-lane wavefronts.
+- `pw`: pointwise (1x1, stride 1) channels-last layers as a plain GEMM on wgmma, rows streamed from the tensors.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
 from .mfma import Mfma, MfmaParams
 from .mma import Mma, MmaParams
+from .pw import Pw, PwParams
 from .wgmma import Wgmma, WgmmaParams
 from .reference import reference_logical
 
@@ -39,7 +41,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Mma(), Wgmma(), Mfma())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Mma(), Wgmma(), Mfma(), Pw())
     # Leave-one-out over the H100 suite + seed-21 DB: neighbours at 2.3-4.4 served at 1.0-1.19x the winner
     # (the prior 1.0-1.38x), those at 5.4-11.1 at 1.6-4.7x (the prior 1.0-1.42x). bench/NOTES.md 21, 28.
     nearest_reach = 5.0
@@ -163,4 +165,4 @@ class ConvBwdWeight(ConvOp):
 
 SOLVER = ConvBwdWeight()
 
-__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "WgmmaParams", "MfmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdWeight", "Reduction", "DlParams", "DwParams", "DwtParams", "DwrParams", "MmaParams", "WgmmaParams", "MfmaParams", "PwParams", "reference_logical"]

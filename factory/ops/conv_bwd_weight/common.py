@@ -137,9 +137,15 @@ class BwdWeightFamily(ConvFamily):
         steps.append(with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue))
         if dst == "workspace":
             n_sum = splits if red is Reduction.TWOSTAGE else 1
-            steps.append(Launch("kf_finalize", (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1),
+            grid, block = self.finalize_shape(wei_numel)
+            steps.append(Launch("kf_finalize", grid, block,
                                 (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel), epilogue)))
         return LaunchPlan(tuple(steps), workspace)
+
+    def finalize_shape(self, wei_numel: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Grid and block of kf_finalize over `wei_numel` outputs: templates/common/splitk.h's kernel, a
+        block of 32 x 8 threads per 32 outputs."""
+        return (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1)
 
     def staging(self, params: Any, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
         """Launches that prepare the inputs in the workspace (from byte `at` on) before the main kernel,

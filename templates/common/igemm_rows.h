@@ -1,0 +1,133 @@
+// The implicit-GEMM engine's main loop for operands that are plain matrices: reduction row r of A is
+// `cols` elements at base + r * ld, likewise B, laid out as the engine's r-major tiles are. That is a
+// layer whose reduction rows are tensor rows (a 1x1, stride-1, unpadded convolution of channels-last
+// tensors): no im2col gather. A thread's chunks of a stage are then its chunks of the previous stage
+// moved BK rows on: one pointer add and one row compare each per stage, where igemm.h's run() works out
+// a position, bounds and an offset for every chunk (about 40 warp instructions per 16-byte copy, measured
+// by ncu on a 1x1 layer; bench/NOTES.md 14).
+//
+// The op is a class with
+//   RowMatrix<T> a_rows(), b_rows()       where the block's A and B matrices start, their row pitch and width
+//   CRow c_row(int m), CCol c_col(int n)  as for run()
+//   void store_pair(const CRow&, const CCol& c0, const CCol& c1, float v0, float v1)   C(m, c0) and C(m, c1),
+//                                         two adjacent columns, in range or not
+// Needs prelude.h, mma.h, igemm.h and a configuration of r-major tiles with one slice (wgmma.h's, or
+// igemm.h's with A_RMAJOR and B_RMAJOR).
+#pragma once
+
+namespace kf_igemm {
+
+// Element (r, c) of a matrix is base[r * ld + c], for c < cols.
+template <typename T> struct RowMatrix {
+  const T* base;
+  long long ld;
+  int cols;
+};
+
+// The chunks of V elements one thread copies into every stage of a tile of BK rows by COLS columns
+// (the tile's columns c0 .. c0 + COLS of the matrix). Chunks past the matrix's width or its last row are
+// zeros: a missing column spoils only outputs that are never stored, a missing row every output.
+template <class Cfg, int COLS, int V, bool IS_A>
+struct RowChunks {
+  using T = typename Cfg::T;
+  static constexpr int PER_ROW = COLS / V, TOTAL = Cfg::BK * PER_ROW, THREADS = Cfg::SLICE_THREADS;
+  static constexpr int N = (TOTAL + THREADS - 1) / THREADS;
+  static constexpr bool ALL_EXIST = TOTAL % THREADS == 0;
+  const T* src[N];
+  int row[N], dst[N];
+  bool exists[N], in_width[N];
+  const T* any;  // a valid address for the copies that read nothing
+
+  __device__ __forceinline__ RowChunks(const RowMatrix<T>& m, int c0, int r_begin) : any(m.base) {
+    const int tid = threadIdx.x % THREADS;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int e = tid + i * THREADS;
+      exists[i] = ALL_EXIST || e < TOTAL;
+      const int r = (exists[i] ? e : 0) / PER_ROW, col = (exists[i] ? e : 0) % PER_ROW * V;
+      in_width[i] = c0 + col < m.cols;
+      row[i] = r_begin + r;
+      src[i] = m.base + (long long)row[i] * m.ld + (in_width[i] ? c0 + col : 0);
+      dst[i] = IS_A ? Cfg::a_at(r, col) : Cfg::b_at(r, col);
+    }
+  }
+
+  // This stage's chunks into `s`; then every chunk moves on by BK rows (`step` = BK * ld elements).
+  __device__ __forceinline__ void load(kf_mma::Smem<T> s, int r_end, long long step) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (!exists[i]) continue;
+      const bool ok = in_width[i] && row[i] < r_end;
+      copy<V * (int)sizeof(T)>(s + dst[i], ok ? src[i] : any, ok);
+      src[i] += step;
+      row[i] += Cfg::BK;
+    }
+  }
+};
+
+// The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop of igemm.h's run() on
+// row chunks, then op.store for every element of the tile.
+template <class Cfg, class Op>
+__device__ __forceinline__ void run_rows(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int r_begin, int r_end) {
+  using T = typename Cfg::T;
+  static_assert(Cfg::SLICES == 1 && Cfg::A_RMAJOR && Cfg::B_RMAJOR, "one pipeline of r-major tiles");
+  const unsigned long long base = reinterpret_cast<unsigned long long>(smem_ptr);
+  T* const aligned = reinterpret_cast<T*>((base + Cfg::SMEM_ALIGN - 1) / Cfg::SMEM_ALIGN * Cfg::SMEM_ALIGN);
+  const kf_mma::Smem<T> smem = kf_mma::smem(aligned);
+  const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
+  int wm, wn;
+  Cfg::warp_origin(warp, wm, wn);
+  using Acc = typename kf_mma::FragC<T>::Acc;
+  kf_mma::FragC<T> acc[Cfg::FM][Cfg::FN];
+  for_each_acc<Cfg>(acc, [](Acc& v, int) { v = 0; });
+
+  const RowMatrix<T> am = op.a_rows(), bm = op.b_rows();
+  RowChunks<Cfg, Cfg::BM, Cfg::VA, true> a(am, m0, r_begin);
+  RowChunks<Cfg, Cfg::BN, Cfg::VB, false> b(bm, n0, r_begin);
+  const long long a_step = Cfg::BK * am.ld, b_step = Cfg::BK * bm.ld;
+  const auto load = [&](int t) {
+    const kf_mma::Smem<T> s = smem + (t % Cfg::STAGES) * Cfg::STAGE;
+    a.load(s, r_end, a_step);
+    b.load(s + Cfg::A_ELEMS, r_end, b_step);
+  };
+  const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
+#pragma unroll
+  for (int t = 0; t < Cfg::STAGES - 1; ++t) {
+    if (t < tiles) load(t);
+    commit();
+  }
+  for (int t = 0; t < tiles; ++t) {
+    wait<Cfg::STAGES - 2>();
+    if constexpr (Cfg::ASYNC_PROXY) publish_to_async_proxy();
+    __syncthreads();  // stage t is complete for every thread; stage t - 1 is no longer read
+    if (t + Cfg::STAGES - 1 < tiles) load(t + Cfg::STAGES - 1);
+    commit();
+    Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
+  }
+
+  // Each accumulator row and column mapped to the output once (a lane holds few, each many times). A
+  // lane's elements 2h and 2h + 1 of a fragment are two adjacent columns of one row (mma.h), handed to
+  // the op together so that it may store them as one vector.
+  static_assert(kf_mma::C_ELEMS == 4 && kf_mma::C_ROWS == 2 && kf_mma::C_COLS == 2, "pairs of columns per row");
+  using CRow = decltype(op.c_row(0));
+  using CCol = decltype(op.c_col(0));
+  CRow rows[Cfg::FM][kf_mma::C_ROWS];
+  CCol cols[Cfg::FN][kf_mma::C_COLS];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int h = 0; h < kf_mma::C_ROWS; ++h) rows[i][h] = op.c_row(m0 + wm + i * kf_mma::M + kf_mma::c_row(h, lane));
+#pragma unroll
+  for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+    for (int h = 0; h < kf_mma::C_COLS; ++h) cols[j][h] = op.c_col(n0 + wn + j * kf_mma::N + kf_mma::c_col(h, lane));
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int h = 0; h < kf_mma::C_ROWS; ++h)
+        op.store_pair(rows[i][h], cols[j][0], cols[j][1], acc[i][j].x[2 * h], acc[i][j].x[2 * h + 1]);
+}
+
+}  // namespace kf_igemm

@@ -1,0 +1,76 @@
+"""On a GPU: the `pw` family (pointwise layers' backward-weight as a plain GEMM on wgmma).
+
+Every `pw` instance on pointwise problems of odd sizes (reduction rows that end inside a stage, channels
+past a tile's edge and not multiples of 8, several groups, 1-D and 3-D, N=1, both layouts) against the
+numpy reference; then 60 seeded random pointwise problems, each run with the `pw` instance the heuristic
+ranks first and with the one of each other tile shape, through Kernel.run against PyTorch (cuDNN)."""
+
+import numpy as np
+import pytest
+
+from factory.device import target_for
+from factory.ops.conv_bwd_weight import SOLVER
+from factory.problem import DType, Layout, parse_conv_problem
+from factory.selector import lookup
+from gpu_against_torch import check_every_instance, run_against_pytorch
+
+pytestmark = pytest.mark.gpu
+
+L, D = Layout, DType
+PROBLEMS = [
+    (L.NHWGC, D.FP16, "N=3,G=1,C=72,K=40,input=23x29,filter=1x1"),
+    (L.NHWGC, D.BF16, "N=1,G=1,C=520,K=136,input=9x7,filter=1x1"),
+    (L.NHWGC, D.BF16_FP32W, "N=4,G=3,C=24,K=16,input=31x17,filter=1x1"),
+    (L.GNHWC, D.FP16, "N=2,G=2,C=64,K=200,input=401,filter=1"),
+    (L.GNHWC, D.BF16, "N=2,G=1,C=40,K=48,input=5x9x11,filter=1x1x1"),
+    (L.NHWGC, D.FP16, "N=64,G=1,C=96,K=24,input=56x56,filter=1x1"),
+    (L.NHWGC, D.FP16, "N=2,G=2,C=6,K=10,input=47x45,filter=1x1"),
+    (L.NHWGC, D.BF16, "N=8,G=1,C=320,K=1280,input=7x7,filter=1x1"),
+]
+SEED = 2611
+COUNT = 60
+
+
+@pytest.mark.parametrize(("layout", "dtype", "spec"), PROBLEMS, ids=lambda v: v if isinstance(v, str) else v.value)
+def test_every_pw_instance_matches_reference(layout, dtype, spec, gpu_backend):
+    check_every_instance("pw", parse_conv_problem(spec, layout, dtype), gpu_backend)
+
+
+def random_problems() -> list:
+    rng = np.random.default_rng(SEED)
+    found = []
+    while len(found) < COUNT:
+        ndim = int(rng.choice([1, 2, 3], p=[0.2, 0.65, 0.15]))
+        layout = (L.NHWGC, L.GNHWC)[int(rng.integers(2))]
+        dtype = (D.FP16, D.BF16, D.BF16_FP32W)[int(rng.integers(3))]
+        g = int(rng.choice([1, 1, 1, 2, 4]))
+        c, k = (int(rng.choice([8, 16, 24, 40, 64, 96, 144, 320])) if rng.random() < 0.8 else int(rng.integers(1, 70))
+                for _ in range(2))
+        size_range = {1: (8, 3000), 2: (3, 60), 3: (2, 16)}[ndim]
+        sizes = "x".join(str(int(rng.integers(*size_range))) for _ in range(ndim))
+        spec = f"N={int(rng.integers(1, 33))},G={g},C={c},K={k},input={sizes},filter={'x'.join(['1'] * ndim)}"
+        found.append(parse_conv_problem(spec, layout, dtype))
+    return found
+
+
+def test_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    target = target_for(gpu_backend.device_info())
+    runs, missing = [], []
+    for problem in random_problems():
+        mine = [c for c in lookup(problem, target=target) if c.family == "pw"]
+        if not mine:
+            missing.append(f"{problem.key}: no pw instance applies")
+            continue
+        ranked = sorted(mine, key=lambda c: -SOLVER.heuristic_score(c.family, c.params, problem, target))
+        by_tile = {}
+        for c in ranked:  # the best-ranked point of each tile shape and chunk width
+            by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a), c)
+        runs += [(problem, c) for c in by_tile.values()]
+    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
+    failures = missing + failures
+    print(f"{ran} runs on {COUNT} random pointwise problems against PyTorch, {len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    assert ran == len(runs)

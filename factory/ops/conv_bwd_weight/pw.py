@@ -20,7 +20,7 @@ from ..conv import layouts as cl
 from .common import BwdWeightFamily, Reduction, check_split
 from .mma import gemm_template_values
 from .wgmma import CELLS as WGMMA_CELLS
-from .wgmma import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, INSTRUCTION_K, MAX_N, OPERAND_BYTES, SWIZZLE_ROW, Wgmma
+from .wgmma import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, OPERAND_BYTES, SWIZZLE_ROW, Wgmma, check_pipeline
 
 
 FINALIZE_VECTOR = 4  # outputs a thread of pw.hip.j2's kf_finalize sums
@@ -51,13 +51,7 @@ class PwParams:
             raise ValueError(f"block_m {self.block_m} must be 64, 128, 192 or 256 (64 rows per warpgroup)")
         if self.block_n % SWIZZLE_ROW or not 0 < self.block_n <= MAX_N:
             raise ValueError(f"block_n {self.block_n} must be a multiple of {SWIZZLE_ROW} up to {MAX_N}")
-        if self.block_k % INSTRUCTION_K or self.threads % self.block_k:
-            raise ValueError(f"block_k {self.block_k} must be a multiple of {INSTRUCTION_K} dividing {self.threads} threads")
-        if self.stages < 2:
-            raise ValueError("the pipeline needs at least 2 stages")
-        for v in (self.vector_a, self.vector_b):
-            if v not in (1, 2, 4, 8):
-                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
+        check_pipeline(self, self.threads)
 
     @property
     def groups_m(self) -> int:

@@ -32,6 +32,19 @@ OPERAND_BYTES = 2
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W))
 
 
+def check_pipeline(p: Any, threads: int) -> None:
+    """What every wgmma pipeline needs of a tuning point: whole instructions and whole threads per
+    reduction row in a stage, two stages at least, chunks within a 16-byte unit."""
+    if p.block_k % INSTRUCTION_K or threads % p.block_k:
+        raise ValueError(f"block_k {p.block_k} must be a multiple of {INSTRUCTION_K} dividing a pipeline's "
+                         f"{threads} threads")
+    if p.stages < 2:
+        raise ValueError("the pipeline needs at least 2 stages")
+    for v in (p.vector_a, p.vector_b):
+        if v not in (1, 2, 4, 8):
+            raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
+
+
 @dataclass(frozen=True)
 class WgmmaParams:
     block_m: int
@@ -63,14 +76,7 @@ class WgmmaParams:
             raise ValueError(f"{self.slices} slices of {self.groups_m}x{self.groups_n} warpgroups: at least one, "
                              f"at most {MAX_THREADS} threads")
         slice_threads = self.groups_m * self.groups_n * GROUP_THREADS
-        if self.block_k % INSTRUCTION_K or slice_threads % self.block_k:
-            raise ValueError(f"block_k {self.block_k} must be a multiple of {INSTRUCTION_K} dividing a slice's "
-                             f"{slice_threads} threads")
-        if self.stages < 2:
-            raise ValueError("the pipeline needs at least 2 stages")
-        for v in (self.vector_a, self.vector_b):
-            if v not in (1, 2, 4, 8):
-                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
+        check_pipeline(self, slice_threads)
 
     @property
     def threads(self) -> int:

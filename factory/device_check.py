@@ -1,7 +1,9 @@
 """Verify a candidate's outputs on the device, so a tune reads back 12 bytes per output, not the output.
 
 The reference and the tolerance of each output (verify.py's element-wise bound: rtol x the terms' scale +
-atol x |reference| + the output type's rounding floor) are uploaded once per tune; after a candidate runs,
+atol x |reference| + the output type's rounding floor) are uploaded once per tune, or, where the op
+provides its reference as a device kernel (OpModule.device_reference), computed on the device from the
+tensors there, with the bound computed beside them in the same order of operations; after a candidate runs,
 one small kernel per output (templates/common/check_outputs.hip.j2) finds the largest |got - ref| /
 allowed and counts the elements that are not finite. A candidate that passes is verified without a copy
 to the host; one that fails has its outputs read back and judged by verify.py, which words the message
@@ -21,7 +23,7 @@ from .backends import Backend
 from .codegen import render_common
 from .compile_cache import CompileJob, compile_cached
 from .executor import LoadedBinary, PreparedPlan
-from .ops.base import Buf, I32, Launch, LaunchPlan, Memset, OpModule, Role, TensorSpec
+from .ops.base import Buf, DeviceReference, I32, Launch, LaunchPlan, Memset, OpModule, Role, TensorSpec
 from .ops.conv import cpp_type
 from .problem import Scalar
 from .verify import allowed_error
@@ -56,17 +58,44 @@ def bounds(solver: OpModule, problem: Any, spec: TensorSpec, ref: np.ndarray,
     return want, single
 
 
+def _chunks(count_all: int, processors: int) -> list[tuple[int, int, int]]:
+    """(first element, elements, blocks) of each grid-stride launch over `count_all` elements."""
+    chunks = []
+    for start in range(0, count_all, CHUNK):
+        count = min(CHUNK, count_all - start)
+        chunks.append((start, count, max(1, min(math.ceil(count / THREADS), processors * BLOCKS_PER_PROCESSOR))))
+    return chunks
+
+
 def check_plan(output: TensorSpec, processors: int) -> LaunchPlan:
     """The launches that check `output` against buffers `<name>.ref` and `<name>.allowed`, results in
     `check.result` (cleared first)."""
     steps: list[Any] = [Memset("check.result", RESULT_BYTES)]
-    for start in range(0, output.numel, CHUNK):
-        count = min(CHUNK, output.numel - start)
-        blocks = max(1, min(math.ceil(count / THREADS), processors * BLOCKS_PER_PROCESSOR))
+    for start, count, blocks in _chunks(output.numel, processors):
         args = (Buf(output.name, start * output.scalar.nbytes), Buf(f"{output.name}.ref", start * 8),
                 Buf(f"{output.name}.allowed", start * 4), I32(count), Buf("check.result", 0), Buf("check.result", 8))
         steps.append(Launch(ENTRY, (blocks, 1, 1), (THREADS, 1, 1), args))
     return LaunchPlan(tuple(steps))
+
+
+def reference_plan(reference: DeviceReference, outputs: list[TensorSpec], processors: int) -> LaunchPlan:
+    """The op's reference launches, then each output's bound: `<name>.allowed` from `<name>.ref` and
+    `<name>.scale` (entry kf_bounds<i> for the i-th output)."""
+    steps: list[Any] = list(reference.plan.steps)
+    for i, output in enumerate(outputs):
+        for start, count, blocks in _chunks(output.numel, processors):
+            args = (Buf(f"{output.name}.ref", start * 8), Buf(f"{output.name}.scale", start * 8),
+                    Buf(f"{output.name}.allowed", start * 4), I32(count))
+            steps.append(Launch(f"kf_bounds{i}", (blocks, 1, 1), (THREADS, 1, 1), args))
+    return LaunchPlan(tuple(steps))
+
+
+def reference_source(reference: DeviceReference, solver: OpModule, problem: Any, outputs: list[TensorSpec]) -> str:
+    """The reference kernel with each output's bound kernel: the tolerance and rounding floor as C
+    double literals (repr round-trips a float), so the bound is verify.py's to the last bit."""
+    tol = solver.tolerance(problem.dtype)
+    bounds = [(repr(float(tol.rtol)), repr(float(tol.atol)), repr(float(o.scalar.rounding_floor))) for o in outputs]
+    return render_common(reference.template, **dict(reference.values), bounds=bounds)
 
 
 @dataclass(frozen=True)
@@ -83,35 +112,74 @@ def read_result(raw: bytes) -> tuple[float, int]:
 
 
 class DeviceCheck:
-    """A tune's references on the device and the prepared check of each output (see the module)."""
+    """A tune's references on the device and the prepared check of each output (see the module).
+
+    The references come from the host (`ref`, `abs_ref`), or, when those are None, from the op's
+    `reference` kernel run once here on the tensors at `tensors` (then `host_reference` reads them back
+    for a failing candidate's message)."""
 
     def __init__(self, backend: Backend, solver: OpModule, problem: Any, specs: Mapping[str, TensorSpec],
-                 ref: Mapping[str, np.ndarray], abs_ref: Mapping[str, np.ndarray], processors: int) -> None:
+                 ref: Mapping[str, np.ndarray] | None, abs_ref: Mapping[str, np.ndarray] | None, processors: int,
+                 reference: DeviceReference | None = None, tensors: Mapping[str, int] | None = None) -> None:
         self.backend = backend
         self.outputs = [s for s in specs.values() if s.role is Role.OUTPUT]
         self.pointers: dict[str, int] = {}
         self._owned: list[int] = []
         self.plans: dict[str, PreparedPlan] = {}
+        self.computed_here = ref is None
         try:
             self.pointers["check.result"] = self._upload(bytes(RESULT_BYTES))
             info = backend.device_info()
+            if ref is None or abs_ref is None:
+                if reference is None or tensors is None:
+                    raise ValueError("a device check needs the host's references or the op's reference kernel")
+                self._compute_references(solver, problem, reference, tensors, processors)
+            else:
+                for spec in self.outputs:
+                    want, allowed = bounds(solver, problem, spec, ref[spec.name], abs_ref[spec.name])
+                    self.pointers[f"{spec.name}.ref"] = self._upload(want.tobytes())
+                    self.pointers[f"{spec.name}.allowed"] = self._upload(allowed.tobytes())
             for spec in self.outputs:
-                want, allowed = bounds(solver, problem, spec, ref[spec.name], abs_ref[spec.name])
-                self.pointers[f"{spec.name}.ref"] = self._upload(want.tobytes())
-                self.pointers[f"{spec.name}.allowed"] = self._upload(allowed.tobytes())
-                compiled = compile_cached(info.backend, CompileJob(f"check_outputs_{spec.scalar.name.lower()}",
-                                                                   check_source(spec.scalar), info.arch))
-                if compiled.binary is None:
-                    raise RuntimeError(f"the output check kernel did not compile: {compiled.error}")
-                self.plans[spec.name] = PreparedPlan(LoadedBinary(backend, compiled.binary, {}),
-                                                     check_plan(spec, processors))
+                binary = self._compiled(f"check_outputs_{spec.scalar.name.lower()}", check_source(spec.scalar))
+                self.plans[spec.name] = PreparedPlan(LoadedBinary(backend, binary, {}), check_plan(spec, processors))
         except BaseException:
             self.free()  # a check that cannot be set up leaves no device memory behind
             raise
 
-    def _upload(self, data: bytes) -> int:
-        ptr = self.backend.alloc(max(len(data), 1))
+    def _compiled(self, label: str, source: str) -> bytes:
+        info = self.backend.device_info()
+        compiled = compile_cached(info.backend, CompileJob(label, source, info.arch))
+        if compiled.binary is None:
+            raise RuntimeError(f"the {label} kernel did not compile: {compiled.error}")
+        return compiled.binary
+
+    def _compute_references(self, solver: OpModule, problem: Any, reference: DeviceReference,
+                            tensors: Mapping[str, int], processors: int) -> None:
+        """Each output's `.ref`, `.scale` and `.allowed` buffers, filled by the op's reference kernel."""
+        for spec in self.outputs:
+            for part, width in ((".ref", 8), (".scale", 8), (".allowed", 4)):
+                self.pointers[spec.name + part] = self._alloc(spec.numel * width)
+        binary = self._compiled("device_reference", reference_source(reference, solver, problem, self.outputs))
+        plan = PreparedPlan(LoadedBinary(self.backend, binary, {}), reference_plan(reference, self.outputs, processors))
+        plan.bind({**tensors, **self.pointers})
+        plan.enqueue()
+        self.backend.synchronize()
+
+    def host_reference(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(reference, error scale) of every output as computed here, read back in the outputs' shapes."""
+        def read(spec: TensorSpec, part: str) -> np.ndarray:
+            raw = self.backend.copy_from_device(self.pointers[spec.name + part], spec.numel * 8)
+            return np.frombuffer(raw, dtype=np.float64).reshape(spec.shape)
+
+        return ({s.name: read(s, ".ref") for s in self.outputs}, {s.name: read(s, ".scale") for s in self.outputs})
+
+    def _alloc(self, nbytes: int) -> int:
+        ptr = self.backend.alloc(max(nbytes, 1))
         self._owned.append(ptr)
+        return ptr
+
+    def _upload(self, data: bytes) -> int:
+        ptr = self._alloc(len(data))
         self.backend.copy_to_device(ptr, data)
         return ptr
 

@@ -37,7 +37,7 @@ from .executor import LoadedBinary, PreparedPlan
 from .device import DeviceTarget, target_for
 from .device_check import MAX_CHECKED_ELEMENTS, DeviceCheck
 from .ops import solver_for
-from .ops.base import Role, TensorSpec
+from .ops.base import DeviceReference, Role, TensorSpec
 from .reference_device import device_references, prefetch as prefetch_torch
 from .verify import Verdict, reference_outputs, verify
 from .worker import LossKind, Worker, WorkerLost, WorkerSpec
@@ -339,16 +339,19 @@ def tune_timed(
             _launched_worker(backend, settings) as launched:
         specs = solver.tensors(problem)
         min_bytes, macs = solver.traffic(problem)
+        on_device = device_reference(backend, solver, problem, specs, settings)
         ordinal = getattr(backend, "ordinal", None)  # None: a backend PyTorch cannot address (a test's fake GPU)
-        prefetch_torch(ordinal, macs)
+        if on_device is None:
+            prefetch_torch(ordinal, macs)
         seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
         host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
-        values = {name: numerics.exact_values(arr, next(s.scalar for s in specs if s.name == name))
-                  for name, arr in host.items()}
-        with device_references(ordinal):  # a large convolution's float64 reference may compute on this GPU
-            ref, abs_ref = reference_outputs(solver, problem, values)
+        ref = abs_ref = None  # computed by the measuring side, on the device, from the tensors it uploads
+        if on_device is None:
+            with device_references(ordinal):  # a large convolution's float64 reference may compute on this GPU
+                ref, abs_ref = host_references(solver, problem, specs, host)
 
-        bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info))
+        bench = Bench(solver, problem, tuple(specs), host, ref, abs_ref, settings, min_bytes, macs, target_for(info),
+                      on_device)
         referenced_at = time.monotonic()
         compile_s = verify_s = time_s = 0.0
         best_us: float | None = None  # the fastest verified median so far: a candidate far above it stops early
@@ -377,21 +380,43 @@ def tune_timed(
     return measurements, times
 
 
+def device_reference(backend: Backend, solver: Any, problem: Any, specs: Sequence[TensorSpec],
+                     settings: TuneSettings) -> DeviceReference | None:
+    """The op's reference kernel where this tune checks outputs on the device and the op has one for
+    the problem: the reference then never exists on the host unless a candidate fails (its message reads
+    it back). None: the host computes it (numpy, or PyTorch on the GPU for a large one)."""
+    if not settings.device_verify or not getattr(backend, "device_checks", False):
+        return None
+    if sum(s.numel for s in specs if s.role is Role.OUTPUT) > MAX_CHECKED_ELEMENTS:
+        return None
+    return solver.device_reference(problem)
+
+
+def host_references(solver: Any, problem: Any, specs: Sequence[TensorSpec],
+                    host: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(reference, error scale) of every output from the storage-typed inputs `host`."""
+    scalars = {s.name: s.scalar for s in specs}
+    values = {name: numerics.exact_values(arr, scalars[name]) for name, arr in host.items()}
+    return reference_outputs(solver, problem, values)
+
+
 @dataclass(frozen=True)
 class Bench:
     """What measuring a candidate needs besides its binary; sent once to each worker it starts (its large
-    arrays as files in shared memory, factory.array_handoff, which the worker maps when it starts)."""
+    arrays as files in shared memory, factory.array_handoff, which the worker maps when it starts).
+    `ref` and `abs_ref` are None where `on_device` computes them on the measuring side."""
 
     solver: Any
     problem: Any
     specs: tuple[TensorSpec, ...]
     host: dict[str, np.ndarray]
-    ref: dict[str, np.ndarray]
-    abs_ref: dict[str, np.ndarray]
+    ref: dict[str, np.ndarray] | None
+    abs_ref: dict[str, np.ndarray] | None
     settings: TuneSettings
     min_bytes: int
     macs: int
     target: DeviceTarget  # the device the launch plans are laid out for
+    on_device: DeviceReference | None = None
 
     @property
     def tensor_bytes(self) -> int:
@@ -440,7 +465,8 @@ def _runner(backend: Backend, bench: Bench, progress: Progress, launched: _Launc
     """The worker `_launched_worker` started, given its payload; else measurement in this process."""
     if launched is not None:
         share = launched.handoff.share
-        payload = replace(bench, host=share(bench.host), ref=share(bench.ref), abs_ref=share(bench.abs_ref))
+        payload = replace(bench, host=share(bench.host), ref=bench.ref and share(bench.ref),
+                          abs_ref=bench.abs_ref and share(bench.abs_ref))
         launched.worker.spec = replace(launched.worker.spec, payload=payload)
         return _Isolated(launched.worker, bench, progress)
     if bench.settings.isolation is Isolation.SUBPROCESS:
@@ -458,9 +484,9 @@ class _InProcess:
 
     def __init__(self, backend: Backend, bench: Bench) -> None:
         self.backend = backend
-        self.bench = bench
         self.tensors = DeviceTensors(backend, bench.specs, bench.host)
-        self.check = device_check_for(backend, bench)
+        self.check = device_check_for(backend, bench, self.tensors)
+        self.bench = with_references(bench, self.check)
 
     def measure(self, cand: Instance, binary: bytes, best_us: float | None = None) -> Outcome:
         return _measure(self.backend, self.bench, cand, binary, self.tensors, best_us, self.check)
@@ -525,16 +551,18 @@ class _WorkerState:
 
 def _worker_init(backend: Backend, sent: Bench) -> _WorkerState:
     # Large arrays arrive as files in shared memory (factory.array_handoff): mapped, not copied.
-    bench = replace(sent, host=received(sent.host), ref=received(sent.ref), abs_ref=received(sent.abs_ref))
-    return _WorkerState(backend, bench, DeviceTensors(backend, bench.specs, bench.host),
-                        device_check_for(backend, bench))
+    bench = replace(sent, host=received(sent.host), ref=sent.ref and received(sent.ref),
+                    abs_ref=sent.abs_ref and received(sent.abs_ref))
+    tensors = DeviceTensors(backend, bench.specs, bench.host)
+    check = device_check_for(backend, bench, tensors)
+    return _WorkerState(backend, with_references(bench, check), tensors, check)
 
 
 def _worker_step(state: _WorkerState, job: _Job) -> Outcome:
     return _measure(state.backend, state.bench, job.cand, job.binary, state.tensors, job.best_us, state.check)
 
 
-def device_check_for(backend: Backend, bench: Bench) -> DeviceCheck | None:
+def device_check_for(backend: Backend, bench: Bench, tensors: DeviceTensors) -> DeviceCheck | None:
     """The tune's device-side output check, where the settings ask for it and the backend runs our own
     kernels (`device_checks`: the CUDA and HIP backends); None means outputs are read back. A check
     that cannot be set up (its kernel fails to compile, memory runs out) is said and read back instead."""
@@ -544,11 +572,20 @@ def device_check_for(backend: Backend, bench: Bench) -> DeviceCheck | None:
         return None
     try:
         return DeviceCheck(backend, bench.solver, bench.problem, {s.name: s for s in bench.specs}, bench.ref,
-                           bench.abs_ref, bench.target.processors)
-    except (BackendError, RuntimeError) as exc:
+                           bench.abs_ref, bench.target.processors, bench.on_device, tensors.pointers)
+    except (BackendError, RuntimeError, ValueError) as exc:
         warnings.warn(f"outputs are checked on the host: the device check could not be set up ({exc})",
                       RuntimeWarning, stacklevel=2)
         return None
+
+
+def with_references(bench: Bench, check: DeviceCheck | None) -> Bench:
+    """`bench` as the measuring side judges with it: where the references were left to a device check
+    that could not be set up, computed here on the host instead (slow for a large problem, never wrong)."""
+    if bench.ref is not None or check is not None:
+        return bench
+    ref, abs_ref = host_references(bench.solver, bench.problem, bench.specs, bench.host)
+    return replace(bench, ref=ref, abs_ref=abs_ref)
 
 
 def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tensors: DeviceTensors,
@@ -574,7 +611,12 @@ def _measure(backend: Backend, bench: Bench, cand: Instance, binary: bytes, tens
         else:  # read back: no device check, or the host words why it failed (and has the last word)
             backend.synchronize()
             got = {s.name: numerics.exact_values(tensors.read(s.name), s.scalar) for s in outputs}
-            verdict = verify(solver, problem, got, bench.ref, bench.abs_ref)
+            if bench.ref is not None and bench.abs_ref is not None:
+                ref, abs_ref = bench.ref, bench.abs_ref
+            else:  # with_references left them to the check that computed them
+                assert check is not None
+                ref, abs_ref = check.host_reference()
+            verdict = verify(solver, problem, got, ref, abs_ref)
         verified_at = time.monotonic()
         if not verdict.ok:
             return Outcome(Measurement(cand.name, None, None, 0, False, f"verify: {verdict.message}"),

@@ -119,15 +119,16 @@ def test_the_tuner_checks_on_the_device_only_where_it_can(monkeypatch):
 
     def bench(spec, **settings):
         return SimpleNamespace(settings=TuneSettings(**settings), specs=(spec,), solver=None, problem=None,
-                               ref={}, abs_ref={}, target=SimpleNamespace(processors=1))
+                               ref={}, abs_ref={}, target=SimpleNamespace(processors=1), on_device=None)
 
     able = SimpleNamespace(device_checks=True)
+    tensors = SimpleNamespace(pointers={})
     built = []
     monkeypatch.setattr(tuner, "DeviceCheck", lambda *args: built.append(args) or "check")
-    assert device_check_for(able, bench(small)) == "check" and len(built) == 1
-    assert device_check_for(SimpleNamespace(), bench(small)) is None  # a test double: outputs read back
-    assert device_check_for(able, bench(small, device_verify=False)) is None
-    assert device_check_for(able, bench(huge)) is None
+    assert device_check_for(able, bench(small), tensors) == "check" and len(built) == 1
+    assert device_check_for(SimpleNamespace(), bench(small), tensors) is None  # a test double: outputs read back
+    assert device_check_for(able, bench(small, device_verify=False), tensors) is None
+    assert device_check_for(able, bench(huge), tensors) is None
     assert len(built) == 1
 
     def broken(*args):
@@ -135,7 +136,7 @@ def test_the_tuner_checks_on_the_device_only_where_it_can(monkeypatch):
 
     monkeypatch.setattr(tuner, "DeviceCheck", broken)
     with pytest.warns(RuntimeWarning, match="checked on the host: .* nvrtc says no"):
-        assert device_check_for(able, bench(small)) is None
+        assert device_check_for(able, bench(small), tensors) is None
 
 
 def test_a_check_that_cannot_be_set_up_gives_its_memory_back(monkeypatch):

@@ -137,6 +137,19 @@ class LaunchPlan:
 
 
 @dataclass(frozen=True)
+class DeviceReference:
+    """An op's float64 reference as a kernel of the runtime's own, for a tune to compute on the device
+    instead of on the host (factory/device_check.py). `plan` reads the input tensors by name and writes,
+    for each output `o`, buffers `o.ref` (the reference) and `o.scale` (verify.py's scale: the sum of its
+    terms' magnitudes), float64 in the output's memory order. The source is templates/common/`template`
+    rendered with `values` and, from the device check, `bounds` (see reference_bounds.hip.j2)."""
+
+    template: str
+    values: tuple[tuple[str, Any], ...]
+    plan: LaunchPlan
+
+
+@dataclass(frozen=True)
 class Tolerance:
     rtol: float
     atol: float
@@ -285,6 +298,10 @@ class OpModule(ABC, Generic[Q]):
 
     def error_scale(self, problem: Q, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The magnitude each output's error is judged against; None: the reference of |inputs|."""
+        return None
+
+    def device_reference(self, problem: Q) -> DeviceReference | None:
+        """The reference (and error scale) as a device kernel, for tunes; None: computed on the host."""
         return None
 
     @abstractmethod

@@ -22,8 +22,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...problem import ConvProblem, DType, Op, Scalar, UnsupportedProblem
-from ..base import TorchBaseline, Tolerance
+from ..base import DeviceReference, TorchBaseline, Tolerance
 from ..conv import ConvOp, explicit_padding, physical
+from ..conv.device_reference import ReferenceKind, conv_device_reference
 from .common import OUTPUT, TENSORS, result_scalar
 from .direct import Direct, DirectParams
 from .dwr import Dwr, DwrParams
@@ -64,6 +65,10 @@ class ConvBwdData(ConvOp):
         if problem.dtype is DType.INT8_SAT:
             dx = np.clip(dx, -128, 127)
         return {OUTPUT: physical(problem, TENSORS[OUTPUT]).from_logical(dx)}
+
+    def device_reference(self, problem: ConvProblem) -> DeviceReference | None:
+        """reference() and the reference of |inputs| (its error scale) in one device kernel (float dtypes)."""
+        return conv_device_reference(ReferenceKind.BWD_DATA, problem, TENSORS, OUTPUT)
 
     def tolerance(self, dtype: DType) -> Tolerance:
         # rtol bounds |out - ref| relative to sum |dy*w| (the dot products' own scale) plus output rounding.

@@ -22,8 +22,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...problem import ConvProblem, DType, Op, UnsupportedProblem
-from ..base import Role, TensorSpec, TorchBaseline, Tolerance
+from ..base import DeviceReference, Role, TensorSpec, TorchBaseline, Tolerance
 from ..conv import ConvOp, ConvTensor, explicit_padding, physical
+from ..conv.device_reference import ReferenceKind, conv_device_reference
 from .common import D_INPUT, OUTPUT, TENSORS, Reduction
 from .dl import Dl, DlParams
 from .dw import Dw, DwParams
@@ -98,6 +99,10 @@ class ConvBwdWeight(ConvOp):
         if problem.has_d:
             terms = terms + np.abs(problem.beta * inputs[D_INPUT].astype(np.float64))
         return {OUTPUT: terms}
+
+    def device_reference(self, problem: ConvProblem) -> DeviceReference | None:
+        """reference() and error_scale() in one device kernel (float dtypes)."""
+        return conv_device_reference(ReferenceKind.BWD_WEIGHT, problem, TENSORS, OUTPUT, D_INPUT)
 
     def _dw(self, problem: ConvProblem, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The plain weight gradient in float64 (int64 for int8), physical layout."""

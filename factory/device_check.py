@@ -23,7 +23,7 @@ from .backends import Backend
 from .codegen import render_common
 from .compile_cache import CompileJob, compile_cached
 from .executor import LoadedBinary, PreparedPlan
-from .ops.base import Buf, DeviceReference, I32, Launch, LaunchPlan, Memset, OpModule, Role, TensorSpec
+from .ops.base import REFERENCE_WORKSPACE, Buf, DeviceReference, I32, Launch, LaunchPlan, Memset, OpModule, Role, TensorSpec
 from .ops.conv import cpp_type
 from .problem import Scalar
 from .verify import allowed_error
@@ -159,6 +159,8 @@ class DeviceCheck:
         for spec in self.outputs:
             for part, width in ((".ref", 8), (".scale", 8), (".allowed", 4)):
                 self.pointers[spec.name + part] = self._alloc(spec.numel * width)
+        if reference.plan.workspace_bytes:
+            self.pointers[REFERENCE_WORKSPACE] = self._alloc(reference.plan.workspace_bytes)
         binary = self._compiled("device_reference", reference_source(reference, solver, problem, self.outputs))
         plan = PreparedPlan(LoadedBinary(self.backend, binary, {}), reference_plan(reference, self.outputs, processors))
         plan.bind({**tensors, **self.pointers})

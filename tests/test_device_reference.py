@@ -1,6 +1,7 @@
-"""The backward convolutions' device reference (templates/common/reference_conv.hip.j2) on the host
-emulator: its reference and error scale match the numpy reference's on every layout, float dtype and
-rank, with stride, asymmetric padding, dilation and the epilogue's alpha, beta and D; its bound is
+"""The device references (templates/common/reference_conv.hip.j2, reference_groupnorm.hip.j2) on the host
+emulator: reference and error scale match the numpy reference's: the backward convolutions on every
+layout, float dtype and rank, with stride, asymmetric padding, dilation and the epilogue's alpha, beta
+and D; GroupNorm backward in both layouts, with and without affine parameters. The bound is
 verify.py's, bit for bit, from the same reference and scale. Buffers carry guard bands, so a write
 outside them fails."""
 
@@ -14,14 +15,14 @@ import pytest
 
 from factory.device_check import bounds, reference_plan, reference_source
 from factory.ops import solver_for
-from factory.ops.base import Role
+from factory.ops.base import REFERENCE_WORKSPACE, Role
 from factory.problem import DType, Layout, Op
 from factory.tuner import device_reference, host_references, problem_inputs, TuneSettings
 from kernel_emulator import DeviceMemory, available, compile_source, run_plan
 
 pytestmark = pytest.mark.skipif(not available(), reason="the host emulator needs g++")
 
-W, D = Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA
+W, D, GN = Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.GROUPNORM_BWD
 CASES = [
     (W, Layout.NHWGC, DType.FP16, "N=2,G=3,C=2,K=3,input=7x5,filter=3x3,stride=2,pad=1"),
     (W, Layout.NGCHW_GKYXC, DType.BF16, "N=3,G=2,C=3,K=2,input=6x7,filter=3x2,stride=1,pad_left=1x0,pad_right=0x1,dilation=2x1"),
@@ -33,6 +34,10 @@ CASES = [
     (D, Layout.NGCHW_GKYXC, DType.BF16, "N=2,G=2,C=3,K=4,input=8x7,filter=3x3,stride=3x2,pad_left=1x0,pad_right=2x1,dilation=1x2"),
     (D, Layout.NGCHW, DType.FP32, "N=1,G=1,C=4,K=5,input=10,filter=3,stride=2,pad=0"),
     (D, Layout.GNHWC, DType.FP16, "N=2,G=5,C=1,K=1,input=3x5x6,filter=3x3x3,stride=1x2x2,pad=1"),
+    (GN, Layout.NHWGC, DType.FP16, "N=3,C=12,G=4,input=7x5"),
+    (GN, Layout.NGCHW, DType.BF16, "N=2,C=6,G=3,input=300"),
+    (GN, Layout.NHWGC, DType.FP32, "N=2,C=10,G=5,input=3x4x5,affine=0"),
+    (GN, Layout.NGCHW, DType.FP32, "N=1,C=260,G=130,input=3x3"),
 ]
 
 
@@ -63,6 +68,8 @@ def run_reference(op: Op, layout: Layout, dtype: DType, spec: str, seed: int = 0
     for s in outputs:
         for part, dtype_of in ((".ref", np.float64), (".scale", np.float64), (".allowed", np.float32)):
             buffers[s.name + part] = memory.alloc(s.name + part, s.numel * np.dtype(dtype_of).itemsize, 0xFF).view(dtype_of)
+    if reference.plan.workspace_bytes:
+        buffers[REFERENCE_WORKSPACE] = memory.alloc(REFERENCE_WORKSPACE, reference.plan.workspace_bytes, 0xFF)
     run_plan(lib, plan, buffers)
     assert memory.clobbered() == []
     return solver, problem, specs, host, buffers
@@ -103,6 +110,6 @@ def test_which_tunes_compute_the_reference_on_the_device():
     assert device_reference(able, conv, fp16, specs, TuneSettings(device_verify=False)) is None
     assert device_reference(SimpleNamespace(), conv, fp16, specs, TuneSettings()) is None  # reads outputs back
     assert device_reference(able, conv, int8, conv.tensors(int8), TuneSettings()) is None  # exact int64 sums stay on the host
-    gn = solver_for(Op.GROUPNORM_BWD)
-    problem = gn.parse_problem("N=2,C=8,G=2,input=4x4", Layout.NHWGC, DType.FP16)
-    assert device_reference(able, gn, problem, gn.tensors(problem), TuneSettings()) is None  # no kernel yet
+    fused = solver_for(Op.DWSEP_CONV_FWD)
+    problem = fused.parse_problem("N=2,C=8,K=4,input=6x6,filter=3x3,stride=1,pad=1", Layout.NHWGC, DType.FP16)
+    assert device_reference(able, fused, problem, fused.tensors(problem), TuneSettings()) is None  # no kernel

@@ -1,9 +1,10 @@
-"""On a GPU: the backward convolutions' device reference (what a tune judges candidates against) equals
-the numpy reference on 64 seeded random problems, and its bounds are verify.py's.
+"""On a GPU: the device references (what a tune judges candidates against) equal the numpy reference on
+64 seeded random convolution problems and 24 GroupNorm problems, and their bounds are verify.py's.
 
-Problems: backward-weight and backward-data; every layout; every float dtype of each op; 1-D, 2-D and
-3-D; depthwise, grouped and dense; stride 1-3, dilation 1-2, padding drawn per side; for backward-weight
-an epilogue (alpha, beta and D) on a third of them. Each is computed by DeviceCheck as a tune does, from
+Convolutions: backward-weight and backward-data; every layout; every float dtype of each op; 1-D, 2-D
+and 3-D; depthwise, grouped and dense; stride 1-3, dilation 1-2, padding drawn per side; for
+backward-weight an epilogue (alpha, beta and D) on a third of them. GroupNorm: both layouts, every
+dtype, 1-3 D, with and without affine parameters. Each is computed by DeviceCheck as a tune does, from
 the inputs uploaded to the device, and read back."""
 
 from __future__ import annotations
@@ -55,7 +56,19 @@ def draw(rng: np.random.Generator) -> tuple[Op, Layout, DType, str]:
     return op, layout, dtype, spec
 
 
+def draw_groupnorm(rng: np.random.Generator) -> tuple[Op, Layout, DType, str]:
+    layout = Layout.NHWGC if rng.random() < 0.5 else Layout.NGCHW
+    dtype = [DType.FP16, DType.BF16, DType.FP32][int(rng.integers(3))]
+    g, d = int(rng.integers(1, 33)), int(rng.integers(1, 17))
+    ndim = int(rng.choice([1, 2, 3]))
+    size = [int(rng.integers(1, {1: 900, 2: 40, 3: 12}[ndim])) for _ in range(ndim)]
+    spec = (f"N={int(rng.integers(1, 6))},C={g * d},G={g},input={'x'.join(map(str, size))},"
+            f"affine={int(rng.random() < 0.7)}")
+    return Op.GROUPNORM_BWD, layout, dtype, spec
+
+
 CASES = [draw(rng) for rng in [np.random.default_rng(SEED)] for _ in range(COUNT)]
+CASES += [draw_groupnorm(rng) for rng in [np.random.default_rng(SEED + 1)] for _ in range(24)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c[0].value}-{c[1].value}-{c[2].value}" for i, c in enumerate(CASES)])

@@ -136,12 +136,16 @@ class LaunchPlan:
     workspace_bytes: int = 0
 
 
+REFERENCE_WORKSPACE = "reference.workspace"  # a DeviceReference plan's scratch buffer (plan.workspace_bytes)
+
+
 @dataclass(frozen=True)
 class DeviceReference:
     """An op's float64 reference as a kernel of the runtime's own, for a tune to compute on the device
     instead of on the host (factory/device_check.py). `plan` reads the input tensors by name and writes,
     for each output `o`, buffers `o.ref` (the reference) and `o.scale` (verify.py's scale: the sum of its
-    terms' magnitudes), float64 in the output's memory order. The source is templates/common/`template`
+    terms' magnitudes), float64 in the output's memory order; its scratch, plan.workspace_bytes of it, is
+    the buffer REFERENCE_WORKSPACE. The source is templates/common/`template`
     rendered with `values` and, from the device check, `bounds` (see reference_bounds.hip.j2)."""
 
     template: str

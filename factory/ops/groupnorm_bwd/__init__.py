@@ -39,8 +39,9 @@ import numpy as np
 
 from ... import numerics
 from ...problem import DType, Layout, Op, Scalar
-from ..base import OpModule, Role, TensorSpec, Tolerance, TorchBaseline
+from ..base import DeviceReference, OpModule, Role, TensorSpec, Tolerance, TorchBaseline
 from .common import CELLS, INT32_LIMIT
+from .device_reference import groupnorm_device_reference
 from .group import GROUP_CELLS, Group, GroupParams, Span, group_segments
 from .problem import (
     GroupNormProblem,
@@ -113,6 +114,10 @@ class GroupNormBwd(OpModule[GroupNormProblem]):
     def error_scale(self, problem: GroupNormProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Per output element, the summed magnitudes of the terms an fp32 evaluation rounds (see verify)."""
         return backward(problem, inputs, magnitude=True)
+
+    def device_reference(self, problem: GroupNormProblem) -> DeviceReference | None:
+        """reference() and error_scale() as device kernels."""
+        return groupnorm_device_reference(problem)
 
     def tolerance(self, dtype: DType) -> Tolerance:
         # rtol against error_scale (fp32 accumulation), atol against |ref| (rounding of the stored output).

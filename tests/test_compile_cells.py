@@ -438,6 +438,61 @@ def test_hiprtc_compiles_a_sample_of_cells(tmp_path: Path) -> None:
     assert not failures, failure_report(failures, len(sample), f"hiprtc {HIP_ARCH}, sample of cells")
 
 
+# --- the runtime's own kernels: output checks and device references ----------------------------------
+
+
+def runtime_sources() -> dict[str, str]:
+    """Each output check, and the device reference of each op and float dtype (both GroupNorm layouts,
+    backward-weight with the epilogue's D)."""
+    from factory.device_check import check_source, reference_source
+    from factory.ops.base import Role
+    from factory.problem import DType, Scalar
+
+    sources = {f"check_{scalar.name}": check_source(scalar) for scalar in Scalar if scalar in
+               (Scalar.F16, Scalar.BF16, Scalar.F32, Scalar.I8, Scalar.I32)}
+    conv = "N=2,G=2,C=3,K=4,input=5x6,filter=3x3,stride=2,pad=1"
+    cases = [(Op.CONV_BWD_WEIGHT, Layout.NHWGC, d, conv + ",alpha=0.5,beta=2")
+             for d in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)]
+    cases += [(Op.CONV_BWD_DATA, Layout.NGCHW, d, conv) for d in (DType.FP16, DType.BF16, DType.FP32)]
+    cases += [(Op.GROUPNORM_BWD, layout, d, "N=2,C=8,G=4,input=5x5")
+              for layout in (Layout.NHWGC, Layout.NGCHW) for d in (DType.FP16, DType.BF16, DType.FP32)]
+    for op, layout, dtype, spec in cases:
+        solver = solver_for(op)
+        problem = solver.parse_problem(spec, layout, dtype)
+        outputs = [t for t in solver.tensors(problem) if t.role is Role.OUTPUT]
+        sources[f"reference_{op.value}_{layout.value}_{dtype.value}"] = reference_source(
+            solver.device_reference(problem), solver, problem, outputs)
+    return sources
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_the_runtime_s_own_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFACTORY_CACHE_DIR", str(tmp_path / "cache"))
+    sources = runtime_sources()
+    outcomes = compile_many(BackendKind.CUDA, [CompileJob(k, v, CUDA_ARCH) for k, v in sources.items()], workers=WORKERS)
+    failures = {k: first_lines(o.error) if o.error else "; ".join(binary_problems(o.binary, sources[k], EM_CUDA, CUDA_ARCH))
+                for k, o in outcomes.items()}
+    failures = {k: why for k, why in failures.items() if why}
+    assert len(outcomes) == len(sources) and not failures, failure_report(failures, len(sources), "NVRTC, runtime kernels")
+
+
+@needs_hipcc
+def test_hipcc_compiles_the_runtime_s_own_kernels(tmp_path: Path) -> None:
+    sources = runtime_sources()
+
+    def build(item: tuple[str, str]) -> tuple[str, str | None]:
+        name, source = item
+        try:
+            blob = compile_with_hipcc(source, HIP_ARCH, tmp_path / name)
+        except BackendError as exc:
+            return name, first_lines(getattr(exc, "log", "") or str(exc))
+        return name, "; ".join(binary_problems(blob, source, EM_AMDGPU, HIP_ARCH)) or None
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        failures = {name: why for name, why in pool.map(build, sorted(sources.items())) if why}
+    assert not failures, failure_report(failures, len(sources), f"hipcc {HIP_ARCH}, runtime kernels")
+
+
 # --- the selection itself ----------------------------------------------------------------------------
 
 

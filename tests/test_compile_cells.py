@@ -456,6 +456,8 @@ def runtime_sources() -> dict[str, str]:
     cases += [(Op.CONV_BWD_DATA, Layout.NGCHW, d, conv) for d in (DType.FP16, DType.BF16, DType.FP32)]
     cases += [(Op.GROUPNORM_BWD, layout, d, "N=2,C=8,G=4,input=5x5")
               for layout in (Layout.NHWGC, Layout.NGCHW) for d in (DType.FP16, DType.BF16, DType.FP32)]
+    cases += [(Op.DWSEP_CONV_FWD, layout, d, "N=2,C=8,K=4,input=5x5,filter=3x3,stride=1,pad=1")
+              for layout in (Layout.NHWGC, Layout.NGCHW) for d in (DType.FP16, DType.BF16, DType.FP32)]
     for op, layout, dtype, spec in cases:
         solver = solver_for(op)
         problem = solver.parse_problem(spec, layout, dtype)

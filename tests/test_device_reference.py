@@ -1,7 +1,9 @@
-"""The device references (templates/common/reference_conv.hip.j2, reference_groupnorm.hip.j2) on the host
+"""The device references (templates/common/reference_conv.hip.j2, reference_groupnorm.hip.j2,
+reference_dwsep.hip.j2) on the host
 emulator: reference and error scale match the numpy reference's: the backward convolutions on every
 layout, float dtype and rank, with stride, asymmetric padding, dilation and the epilogue's alpha, beta
-and D; GroupNorm backward in both layouts, with and without affine parameters. The bound is
+and D; GroupNorm backward in both layouts, with and without affine parameters; the fused forward in both
+layouts, 1-3 D, with stride, dilation, biases and each activation. The bound is
 verify.py's, bit for bit, from the same reference and scale. Buffers carry guard bands, so a write
 outside them fails."""
 
@@ -13,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from factory import numerics
 from factory.device_check import bounds, reference_plan, reference_source
 from factory.ops import solver_for
 from factory.ops.base import REFERENCE_WORKSPACE, Role
@@ -22,7 +25,7 @@ from kernel_emulator import DeviceMemory, available, compile_source, run_plan
 
 pytestmark = pytest.mark.skipif(not available(), reason="the host emulator needs g++")
 
-W, D, GN = Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.GROUPNORM_BWD
+W, D, GN, F = Op.CONV_BWD_WEIGHT, Op.CONV_BWD_DATA, Op.GROUPNORM_BWD, Op.DWSEP_CONV_FWD
 CASES = [
     (W, Layout.NHWGC, DType.FP16, "N=2,G=3,C=2,K=3,input=7x5,filter=3x3,stride=2,pad=1"),
     (W, Layout.NGCHW_GKYXC, DType.BF16, "N=3,G=2,C=3,K=2,input=6x7,filter=3x2,stride=1,pad_left=1x0,pad_right=0x1,dilation=2x1"),
@@ -38,6 +41,11 @@ CASES = [
     (GN, Layout.NGCHW, DType.BF16, "N=2,C=6,G=3,input=300"),
     (GN, Layout.NHWGC, DType.FP32, "N=2,C=10,G=5,input=3x4x5,affine=0"),
     (GN, Layout.NGCHW, DType.FP32, "N=1,C=260,G=130,input=3x3"),
+    (F, Layout.NHWGC, DType.FP16, "N=2,C=5,K=7,input=9x7,filter=3x3,stride=2,pad=1,dilation=2x1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu"),
+    (F, Layout.NGCHW, DType.FP32, "N=2,C=6,K=3,input=5x6,filter=3x3,stride=1,pad=1,bias_dw=1,act_dw=relu6,act_pw=relu6"),
+    (F, Layout.NGCHW, DType.BF16, "N=3,C=4,K=3,input=11,filter=5,stride=1,pad=4,dilation=2,act_dw=relu"),
+    (F, Layout.NGCHW, DType.FP32, "N=1,C=3,K=5,input=4x5x6,filter=3x1x3,stride=1x2x1,pad=1x0x1,bias_pw=1,act_pw=relu6"),
+    (F, Layout.NHWGC, DType.BF16, "N=2,C=6,K=2,input=6x6,filter=1x1,stride=1,pad=0,bias_dw=1"),
 ]
 
 
@@ -52,6 +60,9 @@ def run_reference(op: Op, layout: Layout, dtype: DType, spec: str, seed: int = 0
     problem = solver.parse_problem(spec, layout, dtype)
     specs = solver.tensors(problem)
     host = problem_inputs(solver, problem, specs, np.random.default_rng(seed))
+    if "relu6" in spec:  # values past 6, so that the clamp is reached (x 8 is exact in every float type)
+        scalar = problem.dtype.tensor
+        host["input"] = numerics.to_storage(numerics.exact_values(host["input"], scalar) * 8, scalar)
     reference = solver.device_reference(problem)
     outputs = [s for s in specs if s.role is Role.OUTPUT]
     plan = reference_plan(reference, outputs, processors=1)
@@ -110,6 +121,6 @@ def test_which_tunes_compute_the_reference_on_the_device():
     assert device_reference(able, conv, fp16, specs, TuneSettings(device_verify=False)) is None
     assert device_reference(SimpleNamespace(), conv, fp16, specs, TuneSettings()) is None  # reads outputs back
     assert device_reference(able, conv, int8, conv.tensors(int8), TuneSettings()) is None  # exact int64 sums stay on the host
-    fused = solver_for(Op.DWSEP_CONV_FWD)
-    problem = fused.parse_problem("N=2,C=8,K=4,input=6x6,filter=3x3,stride=1,pad=1", Layout.NHWGC, DType.FP16)
-    assert device_reference(able, fused, problem, fused.tensors(problem), TuneSettings()) is None  # no kernel
+    huge = solver_for(Op.DWSEP_CONV_FWD)
+    problem = huge.parse_problem("N=4096,C=2048,K=8,input=32x32,filter=3x3,stride=1,pad=1", Layout.NHWGC, DType.FP16)
+    assert device_reference(able, huge, problem, huge.tensors(problem), TuneSettings()) is None  # scratch too large

@@ -1,10 +1,12 @@
 """On a GPU: the device references (what a tune judges candidates against) equal the numpy reference on
-64 seeded random convolution problems and 24 GroupNorm problems, and their bounds are verify.py's.
+64 seeded random backward-convolution problems, 24 GroupNorm and 24 fused-forward problems, and their
+bounds are verify.py's.
 
 Convolutions: backward-weight and backward-data; every layout; every float dtype of each op; 1-D, 2-D
 and 3-D; depthwise, grouped and dense; stride 1-3, dilation 1-2, padding drawn per side; for
 backward-weight an epilogue (alpha, beta and D) on a third of them. GroupNorm: both layouts, every
-dtype, 1-3 D, with and without affine parameters. Each is computed by DeviceCheck as a tune does, from
+dtype, 1-3 D, with and without affine parameters. Fused forward: both layouts, every dtype, 1-3 D,
+stride, padding, dilation, each bias and activation. Each is computed by DeviceCheck as a tune does, from
 the inputs uploaded to the device, and read back."""
 
 from __future__ import annotations
@@ -67,8 +69,26 @@ def draw_groupnorm(rng: np.random.Generator) -> tuple[Op, Layout, DType, str]:
     return Op.GROUPNORM_BWD, layout, dtype, spec
 
 
+def draw_dwsep(rng: np.random.Generator) -> tuple[Op, Layout, DType, str]:
+    layout = Layout.NHWGC if rng.random() < 0.5 else Layout.NGCHW
+    dtype = [DType.FP16, DType.BF16, DType.FP32][int(rng.integers(3))]
+    ndim = int(rng.choice([1, 2, 2, 3]))
+    filt = [int(rng.integers(1, 10 if ndim == 1 else 6)) for _ in range(ndim)]
+    dil = [int(rng.choice([1, 1, 2])) for _ in range(ndim)]
+    size = [int(rng.integers(f * d, f * d + {1: 60, 2: 20, 3: 6}[ndim])) for f, d in zip(filt, dil)]
+    x = lambda values: "x".join(map(str, values))  # noqa: E731
+    acts = ["none", "relu", "relu6"]
+    spec = (f"N={int(rng.integers(1, 5))},C={int(rng.integers(1, 70))},K={int(rng.integers(1, 70))},input={x(size)},"
+            f"filter={x(filt)},stride={x(int(rng.choice([1, 1, 2])) for _ in range(ndim))},"
+            f"pad={x(int(rng.integers(0, (f - 1) * d // 2 + 2)) for f, d in zip(filt, dil))},dilation={x(dil)},"
+            f"bias_dw={int(rng.random() < 0.5)},bias_pw={int(rng.random() < 0.5)},"
+            f"act_dw={acts[int(rng.integers(3))]},act_pw={acts[int(rng.integers(3))]}")
+    return Op.DWSEP_CONV_FWD, layout, dtype, spec
+
+
 CASES = [draw(rng) for rng in [np.random.default_rng(SEED)] for _ in range(COUNT)]
 CASES += [draw_groupnorm(rng) for rng in [np.random.default_rng(SEED + 1)] for _ in range(24)]
+CASES += [draw_dwsep(rng) for rng in [np.random.default_rng(SEED + 2)] for _ in range(24)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c[0].value}-{c[1].value}-{c[2].value}" for i, c in enumerate(CASES)])

@@ -23,7 +23,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...problem import DType, Layout, Op
-from ..base import OpModule, Role, TensorSpec, Tolerance, TorchBaseline
+from ..base import DeviceReference, OpModule, Role, TensorSpec, Tolerance, TorchBaseline
+from .device_reference import dwsep_device_reference
 from .fused import Fused, FusedMfma, FusedParams
 from .problem import Activation, DwsepProblem, parse_dwsep_problem
 from .reference import forward
@@ -84,6 +85,10 @@ class DwsepConvFwd(OpModule[DwsepProblem]):
     def error_scale(self, problem: DwsepProblem, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The sum of every term's magnitude, activations left out (they only shrink values)."""
         return {OUTPUT: forward(problem, inputs, magnitude=True)}
+
+    def device_reference(self, problem: DwsepProblem) -> DeviceReference | None:
+        """reference() and error_scale() as device kernels."""
+        return dwsep_device_reference(problem)
 
     def tolerance(self, dtype: DType) -> Tolerance:
         # rtol against the terms' magnitudes: the depthwise output is rounded to the dtype once before the

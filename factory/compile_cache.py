@@ -143,14 +143,26 @@ def compile_cached(kind: BackendKind, job: CompileJob, directory: Path | None = 
     return _compile_one(kind, job, directory if directory is not None else usable_cache_dir())
 
 
+def _cached_outcome(kind: BackendKind, job: CompileJob, directory: Path | None) -> CompileOutcome | None:
+    """The cache's binary for `job` (with its figures), or None when it has none (or no compiler is here)."""
+    if directory is None:
+        return None
+    try:
+        path = directory / f"{cache_key(job.source, job.arch, compiler_version(kind), job.options)}.bin"
+    except Exception:  # noqa: BLE001 - no compiler: _compile_one reports that as the job's error
+        return None
+    payload = _read_entry(path)
+    return None if payload is None else CompileOutcome(job.name, payload, None, True, resources=_read_resources(path))
+
+
 def _compile_one(kind: BackendKind, job: CompileJob, directory: Path | None) -> CompileOutcome:
     """The unit of work of a worker process; `directory` None compiles without the cache."""
+    cached = _cached_outcome(kind, job, directory)
+    if cached is not None:
+        return cached
     try:
         compiler = compiler_version(kind)
         path = None if directory is None else directory / f"{cache_key(job.source, job.arch, compiler, job.options)}.bin"
-        payload = None if path is None else _read_entry(path)
-        if payload is not None:
-            return CompileOutcome(job.name, payload, None, True, resources=_read_resources(path))
         result: CompiledBinary = compiler_for(kind)(job.source, job.arch, job.options)
     except Exception as exc:  # noqa: BLE001 - a failed candidate is recorded with its error, never fatal
         return CompileOutcome(job.name, None, f"{type(exc).__name__}: {exc}", False)
@@ -171,6 +183,10 @@ class CompileStream:
     is ready: a tune measures candidate i while i + 1, i + 2, ... compile. `result(name)` waits for
     one job; leaving the `with` block cancels the jobs not started (a tune stopped by its time budget
     does not compile the rest). One worker or one job compiles in this process, on demand.
+
+    Jobs the cache already holds are read here when the block starts and never reach a worker; a tune
+    whose binaries are all cached starts no worker process at all (starting them took longer than
+    reading every binary: bench/NOTES.md 47).
     """
 
     def __init__(self, kind: BackendKind, jobs: Sequence[CompileJob], workers: int | None = None,
@@ -185,13 +201,19 @@ class CompileStream:
         self.futures: dict[str, Future] = {}
 
     def __enter__(self) -> "CompileStream":
-        if self.workers > 1 and len(self.jobs) > 1:
+        for name, job in self.jobs.items():
+            cached = _cached_outcome(self.kind, job, self.directory)
+            if cached is not None:
+                self.outcomes[name] = cached
+                self._report(cached)
+        to_compile = [job for name, job in self.jobs.items() if name not in self.outcomes]
+        if self.workers > 1 and len(to_compile) > 1:
             context = multiprocessing.get_context("spawn")  # never fork a process that holds a GPU context
-            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
-            for name, job in self.jobs.items():  # the pool starts them in this order
+            self.pool = ProcessPoolExecutor(max_workers=min(self.workers, len(to_compile)), mp_context=context)
+            for job in to_compile:  # the pool starts them in this order
                 future = self.pool.submit(_compile_one, self.kind, job, self.directory)
                 future.add_done_callback(self._finished)  # progress as compiles finish, not as they are used
-                self.futures[name] = future
+                self.futures[job.name] = future
         return self
 
     def result(self, name: str) -> CompileOutcome:

@@ -252,6 +252,31 @@ def test_a_compile_stream_hands_out_binaries_as_asked_while_the_rest_compile(cac
     assert len(entries(cache)) == 3 and real_compiler.calls == []  # compiled in the workers, into the cache
 
 
+def test_a_compile_stream_reads_cached_binaries_itself_and_sends_only_the_rest_to_workers(cache, fake_compiler,
+                                                                                         monkeypatch):
+    import factory.compile_cache as compile_cache
+
+    jobs = [CompileJob(i.name, codegen.render(i), "sm_90") for i in small_instances(3)]
+    compile_cached(BackendKind.CUDA, jobs[1])  # one binary in the cache already
+    pools = []
+    real_pool = compile_cache.ProcessPoolExecutor
+    monkeypatch.setattr(compile_cache, "ProcessPoolExecutor",
+                        lambda max_workers, mp_context: pools.append(max_workers) or real_pool(max_workers, mp_context))
+    seen = []
+    with CompileStream(BackendKind.CUDA, jobs, workers=4, on_done=seen.append) as stream:
+        assert [o.name for o in seen] == [jobs[1].name] and seen[0].cached  # reported as the block starts
+        assert set(stream.futures) == {jobs[0].name, jobs[2].name} and pools == [2]
+        stream.futures.clear()  # (the workers' fake-compiler-free compiles are not this test's subject)
+    assert len(fake_compiler.calls) == 1  # the cached one only, before the stream
+
+    pools.clear()
+    for job in jobs:
+        compile_cached(BackendKind.CUDA, job)
+    with CompileStream(BackendKind.CUDA, jobs, workers=4) as stream:
+        assert all(stream.result(j.name).cached for j in jobs)
+    assert pools == []  # every binary cached: no worker process started
+
+
 def test_a_compile_stream_left_early_does_not_compile_what_it_never_started(cache, fake_compiler):
     jobs = [CompileJob(i.name, codegen.render(i), "sm_90") for i in small_instances(3)]
     with CompileStream(BackendKind.CUDA, jobs, workers=1) as stream:  # one worker: on demand, here

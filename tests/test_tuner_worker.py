@@ -507,3 +507,34 @@ def test_a_ctrl_c_that_lands_on_another_thread_interrupts_a_long_wait_on_the_chi
     assert time.monotonic() - started < 5
     reader.close()
     writer.close()
+
+
+class DeviceReferenceSolver(FakeSolver):
+    """FakeSolver whose reference would be computed on the device (a backend with device checks)."""
+
+    def device_reference(self, problem: FakeProblem) -> Any:
+        from factory.ops.base import DeviceReference
+
+        return DeviceReference("unused.hip.j2", (), LaunchPlan(()))
+
+
+def test_a_device_reference_that_cannot_be_set_up_falls_back_to_the_host_reference(monkeypatch):
+    """The parent leaves the reference to the device check; when that check cannot be set up, the
+    measuring side computes the host reference itself and judges every candidate as before."""
+    monkeypatch.setattr(tuner, "solver_for", lambda op: DeviceReferenceSolver())
+    calls = []
+    real = tuner.reference_outputs
+    monkeypatch.setattr(tuner, "reference_outputs", lambda *args: calls.append(1) or real(*args))
+
+    def broken(*args: Any) -> Any:
+        assert args[4] is None and args[5] is None  # no host reference was made for it
+        raise RuntimeError("the device_reference kernel did not compile: no")
+
+    monkeypatch.setattr(tuner, "DeviceCheck", broken)
+    backend = FakeBackend()
+    backend.device_checks = True
+    settings = TuneSettings(**FAST, isolation=Isolation.IN_PROCESS)
+    with pytest.warns(RuntimeWarning, match="checked on the host: .*device_reference kernel did not compile"):
+        ms = tune(FakeProblem(), candidates((Kind.GOOD, 1.0), (Kind.WRONG, 1.0)), backend, settings)
+    assert [m.verified for m in ms] == [True, False] and "verify:" in (ms[1].error or "")
+    assert calls == [1]  # once, on the measuring side

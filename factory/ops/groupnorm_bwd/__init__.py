@@ -131,18 +131,28 @@ class GroupNormBwd(OpModule[GroupNormProblem]):
         """Storage-typed inputs whose statistics are those of x, as a forward pass leaves them.
 
         Each (n, g) gets its own offset and spread, so a kernel reading another group's mean or rstd
-        fails; mean and rstd (eps 1e-5) are computed from the stored (rounded) x.
+        fails; mean and rstd (eps 1e-5) are computed from the stored (rounded) x. Drawn and reduced in
+        the physical layout: transposing a tune's 64 M elements to (N, C, S) and back took seconds.
         """
         N, G, D, S = problem.N, problem.G, problem.per_group, problem.spatial
         t = problem.dtype.tensor
-        offset = rng.uniform(-1.0, 1.0, size=(N, G, 1)).astype(np.float32)
-        spread = rng.uniform(0.25, 2.0, size=(N, G, 1)).astype(np.float32)
+        offset = rng.uniform(-1.0, 1.0, size=(N, G)).astype(np.float32)
+        spread = rng.uniform(0.25, 2.0, size=(N, G)).astype(np.float32)
+        if problem.layout is Layout.NHWGC:  # (N, S, C): a group's offset repeated over its D channels
+            rows, offset, spread = (N, S, G * D), np.repeat(offset, D, 1)[:, None], np.repeat(spread, D, 1)[:, None]
+            groups, by_group = (N, S, G, D), "nsgd->ng"
+        else:  # (N, G, D * S)
+            rows, offset, spread = (N, G, D * S), offset[..., None], spread[..., None]
+            groups, by_group = rows, "ngr->ng"
         # float32, as the storage types are at most: a tune's 64 M-element x in a fraction of the time
-        x_groups = offset + spread * numerics.random_tensor(rng, (N, G, D * S), Scalar.F32)
-        x = numerics.to_storage(from_ncs(problem, x_groups.reshape(N, problem.C, S)), t)
-        exact = to_ncs(problem, numerics.exact_values(x, t)).reshape(N, G, D * S)
-        mean = exact.mean(axis=-1)
-        rstd = 1.0 / np.sqrt(exact.var(axis=-1) + INPUT_EPS)
+        x = numerics.to_storage(offset + spread * numerics.random_tensor(rng, rows, Scalar.F32), t)
+        # float32 holds every storage value exactly; the sums are float64
+        exact = (numerics.bf16_bits_to_float(x) if t is Scalar.BF16 else x.astype(np.float32, copy=False)).reshape(groups)
+        operand = by_group.split("->")[0]
+        mean = np.einsum(by_group, exact, dtype=np.float64) / (D * S)
+        square = np.einsum(f"{operand},{by_group}", exact, exact, dtype=np.float64) / (D * S)
+        rstd = 1.0 / np.sqrt(np.maximum(square - mean * mean, 0.0) + INPUT_EPS)
+        x = x.reshape(activation(problem)[0])
         specs = {s.name: s for s in self.tensors(problem)}
         values = {
             "x": x,

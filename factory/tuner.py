@@ -16,7 +16,9 @@ recorded as failed and the next candidate gets a fresh worker.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
+import functools
 import os
 import re
 import statistics
@@ -445,20 +447,83 @@ class _Job:
 class _Launched:
     worker: Worker
     handoff: ArrayHandoff  # where its payload's large arrays go instead of the pipe
+    kept: bool = False  # the worker outlives the tune (keep_measuring_worker): released, not stopped
+
+
+class _KeptWorker:
+    """The measuring worker that keep_measuring_worker's block keeps between tunes (one backend at a time)."""
+
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+        self.key: Any = None
+
+    def worker_for(self, rebuild: Callable[[], Any]) -> Worker:
+        key = _factory_key(rebuild)
+        if self.worker is None or self.key != key:
+            self.close()
+            self.worker = Worker(WorkerSpec(rebuild, _worker_init, _worker_step, None, release=_worker_release))
+            self.key = key
+        return self.worker
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+
+_KEPT: contextvars.ContextVar[_KeptWorker | None] = contextvars.ContextVar("kfactory_kept_worker", default=None)
+
+
+@contextlib.contextmanager
+def keep_measuring_worker() -> Iterator[None]:
+    """Within the block, tune after tune shares one measuring worker process: its interpreter, imports
+    and GPU context start once, and each tune sends it only its payload (the worker drops the last tune's
+    tensors first). A worker a candidate took down is replaced as in a single tune. Stopped when the
+    block ends; a nested block uses the outer one's."""
+    if _KEPT.get() is not None:
+        yield
+        return
+    kept = _KeptWorker()
+    token = _KEPT.set(kept)
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
+        kept.close()
+
+
+def _factory_key(rebuild: Callable[[], Any]) -> Any:
+    """What makes two backend factories the same (functools.partial compares by identity)."""
+    if isinstance(rebuild, functools.partial):
+        return (rebuild.func, rebuild.args, tuple(sorted(rebuild.keywords.items())))
+    return rebuild
 
 
 @contextlib.contextmanager
 def _launched_worker(backend: Backend, settings: TuneSettings) -> Iterator[_Launched | None]:
     """The tune's measuring worker, launched now: its interpreter, imports and GPU context come up while
-    the parent draws the inputs and computes the reference. None where the tune measures in-process."""
+    the parent draws the inputs and computes the reference. None where the tune measures in-process.
+    Inside keep_measuring_worker, the kept worker: released at the end instead of stopped."""
     factory = getattr(backend, "worker_factory", None)
     rebuild = factory() if factory is not None and settings.isolation is Isolation.SUBPROCESS else None
     if rebuild is None:
         yield None
         return
-    with ArrayHandoff() as handoff, Worker(WorkerSpec(rebuild, _worker_init, _worker_step, None)) as worker:
+    kept = _KEPT.get()
+    if kept is None:
+        with ArrayHandoff() as handoff, Worker(WorkerSpec(rebuild, _worker_init, _worker_step, None)) as worker:
+            worker.launch()
+            yield _Launched(worker, handoff)
+        return
+    worker = kept.worker_for(rebuild)
+    with ArrayHandoff() as handoff:
         worker.launch()
-        yield _Launched(worker, handoff)
+        try:
+            yield _Launched(worker, handoff, kept=True)
+        except BaseException:
+            worker.kill()  # it may be busy with a candidate: the next tune starts a fresh one
+            raise
+        worker.release()  # drops this tune's tensors; one that cannot is stopped, and the next starts afresh
 
 
 def _runner(backend: Backend, bench: Bench, progress: Progress, launched: _Launched | None) -> "_InProcess | _Isolated":
@@ -468,7 +533,7 @@ def _runner(backend: Backend, bench: Bench, progress: Progress, launched: _Launc
         payload = replace(bench, host=share(bench.host), ref=bench.ref and share(bench.ref),
                           abs_ref=bench.abs_ref and share(bench.abs_ref))
         launched.worker.spec = replace(launched.worker.spec, payload=payload)
-        return _Isolated(launched.worker, bench, progress)
+        return _Isolated(launched.worker, bench, progress, launched.kept)
     if bench.settings.isolation is Isolation.SUBPROCESS:
         warnings.warn(
             f"{type(backend).__name__} cannot be rebuilt in a worker process; measuring in this process "
@@ -503,10 +568,11 @@ class _InProcess:
 class _Isolated:
     """Measure in a worker process; a candidate that takes the worker with it fails, the next gets a new one."""
 
-    def __init__(self, worker: Worker, bench: Bench, progress: Progress) -> None:
+    def __init__(self, worker: Worker, bench: Bench, progress: Progress, kept: bool = False) -> None:
         self.bench = bench
         self.progress = progress
         self.worker = worker
+        self.kept = kept  # the worker outlives the tune: _launched_worker releases it
         self.fastest_us: float | None = None
         self.quickest_job_s: float | None = None
 
@@ -537,7 +603,8 @@ class _Isolated:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.worker.__exit__(exc_type, exc, tb)
+        if not self.kept:
+            self.worker.__exit__(exc_type, exc, tb)
 
 
 # --- the worker process's side -----------------------------------------------------------------
@@ -556,6 +623,13 @@ def _worker_init(backend: Backend, sent: Bench) -> _WorkerState:
     tensors = DeviceTensors(backend, bench.specs, bench.host)
     check = device_check_for(backend, bench, tensors)
     return _WorkerState(backend, with_references(bench, check), tensors, check)
+
+
+def _worker_release(state: _WorkerState) -> None:
+    """A kept worker's state given up before the next tune's: its device tensors and references."""
+    if state.check is not None:
+        state.check.free()
+    state.tensors.free()
 
 
 def _worker_step(state: _WorkerState, job: _Job) -> Outcome:

@@ -9,7 +9,9 @@ own backend with `WorkerSpec.backend_factory`, then turns the payload (sent once
 with `init`, then answers each job with `step(state, job)`. `launch` starts a child before its payload
 exists (its interpreter, imports and GPU context come up meanwhile); `start` sends the payload.
 Everything crossing the pipe is pickled, so the factory, `init`, `step`, the payload and the jobs must
-be importable, module-level objects.
+be importable, module-level objects. `release` lets a caller with many payloads in turn (one tune after
+another) keep the child: it drops its state (`WorkerSpec.release`) and the next `start` sends it the next
+payload, so its interpreter, imports and GPU context come up once.
 
 The child inherits the parent's stderr file descriptor, so driver messages and tracebacks land where
 the parent's own output does. It ignores SIGINT (Ctrl-C reaches the whole process group; the parent
@@ -64,11 +66,19 @@ class WorkerSpec:
     step: Callable[[Any, Any], Any]  # (state, job) -> reply, once per job
     payload: Any  # may be set after `launch` (Worker.spec is replaced), not after `start`
     start_timeout_s: float = START_TIMEOUT_S
+    release: Callable[[Any], None] | None = None  # (state) -> None: free what `init` made, on `release`
 
 
 @dataclass(frozen=True)
 class _Ready:
     pid: int
+
+
+@dataclass(frozen=True)
+class _Rebind:
+    """To a running child: drop the state, then (payload not None) make one from this payload."""
+
+    payload: Any
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ class Worker:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._ready = False  # the running child has its payload and state
+        self._released = False  # the running child dropped its state and waits for a _Rebind
 
     @property
     def pid(self) -> int | None:
@@ -129,11 +140,32 @@ class Worker:
             self._process.join(STOP_GRACE_S)
         self.kill()
 
+    def release(self) -> bool:
+        """Have a ready child drop its state but stay up, for the next `start` to send it a new payload.
+        False (and no child) when it could not: it was not ready, died, or did not answer in time."""
+        if not self._ready or self._process is None or self._conn is None:
+            self.kill()
+            return False
+        try:
+            self._conn.send(_Rebind(None))
+            ready = wait_interruptibly([self._conn, self._process.sentinel], STOP_GRACE_S)
+            answer = self._conn.recv() if self._conn in ready else None
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            answer = None
+        except BaseException:
+            self.kill()
+            raise
+        if not isinstance(answer, _Ready):
+            self.kill()
+            return False
+        self._ready, self._released = False, True
+        return True
+
     def kill(self) -> None:
         """SIGKILL the child (a kernel that never returns ignores everything else) and reap it."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
-        self._ready = False
+        self._ready = self._released = False
         if process is not None:
             if process.is_alive():
                 process.kill()
@@ -162,7 +194,8 @@ class Worker:
         parent_end, child_end = context.Pipe()
         process = context.Process(
             target=_child_main,
-            args=(child_end, os.getpid(), self.spec.backend_factory, self.spec.init, self.spec.step),
+            args=(child_end, os.getpid(), self.spec.backend_factory, self.spec.init, self.spec.step,
+                  self.spec.release),
             name="kfactory-measure",
             daemon=True,
         )
@@ -176,12 +209,14 @@ class Worker:
         its state (or raise WorkerError)."""
         if self._ready:
             return
+        if self._released and (self._process is None or not self._process.is_alive()):
+            self.kill()  # a kept child that died between payloads: start a fresh one
         self.launch()
         process, parent_end = self._process, self._conn
         assert process is not None and parent_end is not None
         try:
             try:
-                parent_end.send(self.spec.payload)
+                parent_end.send(_Rebind(self.spec.payload) if self._released else self.spec.payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the child failed before reading it: its report, if any, is read below
             ready = wait_interruptibly([parent_end, process.sentinel], self.spec.start_timeout_s)
@@ -192,7 +227,7 @@ class Worker:
             self.kill()
             raise
         if isinstance(message, _Ready):
-            self._ready = True
+            self._ready, self._released = True, False
             return
         if isinstance(message, _Raised):
             self.kill()
@@ -258,7 +293,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _child_main(conn: Connection, parent_pid: int, backend_factory: Callable[[], Any],
-                init: Callable[[Any, Any], Any], step: Callable[[Any, Any], Any]) -> None:
+                init: Callable[[Any, Any], Any], step: Callable[[Any, Any], Any],
+                release: Callable[[Any], None] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     try:
@@ -278,6 +314,18 @@ def _child_main(conn: Connection, parent_pid: int, backend_factory: Callable[[],
             return
         if job is None:
             return
+        if isinstance(job, _Rebind):  # the next payload, or (None) only drop this one's state
+            try:
+                if release is not None and state is not None:
+                    release(state)
+                state = None
+                if job.payload is not None:
+                    state = init(backend, job.payload)
+            except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+                conn.send(_Raised("start", traceback.format_exc()))
+                return
+            conn.send(_Ready(os.getpid()))
+            continue
         try:
             reply = step(state, job)
         except BaseException:  # noqa: BLE001 - reported to the parent, which raises it

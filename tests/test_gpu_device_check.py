@@ -82,3 +82,24 @@ def test_a_tune_verifies_the_same_candidates_on_the_device_as_on_the_host(gpu_ba
     on_host = tune(problem, candidates, gpu_backend, dataclasses.replace(settings, device_verify=False))
     assert [m.verified for m in on_device] == [m.verified for m in on_host]
     assert any(m.verified for m in on_device)
+
+
+def test_tunes_of_different_ops_share_a_kept_worker_on_the_gpu(gpu_backend):
+    """Inside keep_measuring_worker a backward-weight, a backward-data and a GroupNorm tune run in one
+    measuring process, each on its own inputs and device reference; each verifies what it verifies alone."""
+    import factory.tuner as tuner
+    from factory.ops import solver_for
+    from factory.problem import Op
+
+    target = target_for(gpu_backend.device_info())
+    problems = [parse_conv_problem("N=3,G=8,C=4,K=4,input=13x11,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16),
+                solver_for(Op.CONV_BWD_DATA).parse_problem("N=2,G=1,C=24,K=40,input=9x9,filter=3x3,stride=2,pad=1",
+                                                           Layout.NHWGC, DType.BF16),
+                solver_for(Op.GROUPNORM_BWD).parse_problem("N=3,C=64,G=8,input=17x9", Layout.NGCHW, DType.FP32)]
+    settings = TuneSettings(reps=5, seed=11)
+    alone = [tune(p, lookup(p, target=target)[:8], gpu_backend, settings) for p in problems]
+    with tuner.keep_measuring_worker():
+        kept = [tune(p, lookup(p, target=target)[:8], gpu_backend, settings) for p in problems]
+        assert tuner._KEPT.get().worker.starts == 1
+    for one, other in zip(alone, kept):
+        assert [m.verified for m in one] == [m.verified for m in other] and any(m.verified for m in one)

@@ -538,3 +538,49 @@ def test_a_device_reference_that_cannot_be_set_up_falls_back_to_the_host_referen
         ms = tune(FakeProblem(), candidates((Kind.GOOD, 1.0), (Kind.WRONG, 1.0)), backend, settings)
     assert [m.verified for m in ms] == [True, False] and "verify:" in (ms[1].error or "")
     assert calls == [1]  # once, on the measuring side
+
+
+def _measuring_children() -> list:
+    return [p for p in multiprocessing.active_children() if p.name == "kfactory-measure"]
+
+
+def test_tunes_in_a_keep_block_share_one_worker_and_send_it_each_payload():
+    """The second tune's worker is the first's (started once), given the second tune's inputs: a right
+    kernel verifies against a reference of other inputs (another seed), a wrong one fails; the block's
+    end stops it."""
+    kinds = ((Kind.GOOD, 2.0), (Kind.WRONG, 1.0), (Kind.GOOD, 1.0))
+    with tuner.keep_measuring_worker():
+        first = tune(FakeProblem(), candidates(*kinds), FakeBackend(), TuneSettings(**FAST))
+        kept = tuner._KEPT.get()
+        assert kept is not None and kept.worker is not None and kept.worker.starts == 1
+        pid = kept.worker.pid
+        assert pid is not None and [p.pid for p in _measuring_children()] == [pid]  # alive between tunes
+        second = tune(FakeProblem(), candidates(*kinds), FakeBackend(), TuneSettings(**{**FAST, "seed": 2}))
+        assert kept.worker.starts == 1 and kept.worker.pid == pid
+    assert [m.verified for m in first] == [m.verified for m in second] == [True, False, True]
+    assert _measuring_children() == []
+
+
+def test_a_kept_worker_taken_down_by_a_candidate_is_replaced_and_kept():
+    with tuner.keep_measuring_worker():
+        crashed = tune(FakeProblem(), candidates((Kind.SEGV, 1.0), (Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+        kept = tuner._KEPT.get()
+        assert kept.worker.starts == 2  # the crash's replacement
+        after = tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+        assert kept.worker.starts == 2
+    assert [m.verified for m in crashed] == [False, True] and after[0].verified
+    assert _measuring_children() == []
+
+
+def test_a_tune_interrupted_inside_a_keep_block_leaves_no_worker_behind(monkeypatch):
+    def interrupted(*_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with tuner.keep_measuring_worker():
+        tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+        monkeypatch.setattr(tuner, "_measure", interrupted)  # in-process only: the parent's own step
+        monkeypatch.setattr(tuner._Isolated, "measure", lambda *_: interrupted())
+        with pytest.raises(KeyboardInterrupt):
+            tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+        assert _measuring_children() == []  # killed: it might have been busy
+    assert _measuring_children() == []

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from rich.console import Console
 
 from ..progress_bars import progress_bar
+from ..tuner import keep_measuring_worker
 from .model import BenchError, BenchItem, Row, Serve, Status
 from .random_cases import draw, parse_random_dtypes, random_meta
 from .report import PROBLEM_WIDTH, problem_text
@@ -102,13 +103,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         task = progress.add_task("cases", total=len(items))
         interrupted = False
         try:
-            for item in items:
-                progress.update(task, description=item.label)
-                row = bench_item(item, machine.env)
-                rows.append(row)
-                label = f"{item.label} [{problem_text(row.problem)}]" if random_run else item.label
-                progress.console.print(_row_line(label, row))
-                progress.advance(task)
+            with keep_measuring_worker():  # the rows' tunes share one measuring process
+                for item in items:
+                    progress.update(task, description=item.label)
+                    row = bench_item(item, machine.env)
+                    rows.append(row)
+                    label = f"{item.label} [{problem_text(row.problem)}]" if random_run else item.label
+                    progress.console.print(_row_line(label, row))
+                    progress.advance(task)
         except KeyboardInterrupt:
             interrupted = True  # keep what was measured: write it below, then exit 130
     meta = {

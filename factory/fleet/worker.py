@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 from ..backends import BackendError
 from ..problem import KernelFactoryError
-from ..tuner import Progress, TuneSettings
+from ..tuner import Progress, TuneSettings, keep_measuring_worker
 from .gpus import FleetError, GpuSource, gpu_source
 from .problems import source_version
 from tuning_db import DEFAULT_DB_ENV, Lease, LeaseLost, TuningDB, TuningDBError
@@ -119,6 +119,11 @@ class Worker:
         s, d = self.settings, self.device
         self.say(f"worker {s.owner}: device #{self.device_id} {d.name} ({d.arch}, {d.sm_count} SMs, driver "
                  f"{d.driver_version}, compiler {d.compiler_version}); lease {s.lease_s:g} s; db {self.db.location}")
+        with keep_measuring_worker():  # one measuring process for the jobs, not one per job
+            return self._claim_and_work()
+
+    def _claim_and_work(self) -> int:
+        s = self.settings
         idle = False
         while True:
             lease = self.db.jobs.claim(self.device, s.owner, s.lease_s)

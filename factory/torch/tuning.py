@@ -22,7 +22,7 @@ from ..api import Budget, tune_problem
 from ..backends import Backend, BackendError
 from ..problem import KernelFactoryError, UnsupportedProblem
 from ..progress_bars import progress_bar, tune_hooks
-from ..tuner import TuneSettings
+from ..tuner import TuneSettings, keep_measuring_worker
 from .ops import PyTorchChosen, clear_kernel_choices, recording
 from .versus import Race, race, race_timer
 
@@ -247,7 +247,7 @@ def tune(
         return ModelTuneReport(keys, queued=queued, unservable=unservable)
     tuned: list[TunedProblem] = []
     unservable: list[tuple[str, str]] = []
-    with progress_bar(disable=not progress) as bar:
+    with progress_bar(disable=not progress) as bar, keep_measuring_worker():  # one measuring process for all
         overall = bar.add_task("problems ", total=len(problems))
         for problem in problems:
             if progress:

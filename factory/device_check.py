@@ -92,9 +92,11 @@ def reference_plan(reference: DeviceReference, outputs: list[TensorSpec], proces
 
 def reference_source(reference: DeviceReference, solver: OpModule, problem: Any, outputs: list[TensorSpec]) -> str:
     """The reference kernel with each output's bound kernel: the tolerance and rounding floor as C
-    double literals (repr round-trips a float), so the bound is verify.py's to the last bit."""
+    double literals (repr round-trips a float), so the bound is verify.py's to the last bit; integer
+    outputs must equal their reference."""
     tol = solver.tolerance(problem.dtype)
-    bounds = [(repr(float(tol.rtol)), repr(float(tol.atol)), repr(float(o.scalar.rounding_floor))) for o in outputs]
+    bounds = [(repr(float(tol.rtol)), repr(float(tol.atol)), repr(float(o.scalar.rounding_floor)), not o.scalar.is_float)
+              for o in outputs]
     return render_common(reference.template, **dict(reference.values), bounds=bounds)
 
 

@@ -453,7 +453,9 @@ def runtime_sources() -> dict[str, str]:
     conv = "N=2,G=2,C=3,K=4,input=5x6,filter=3x3,stride=2,pad=1"
     cases = [(Op.CONV_BWD_WEIGHT, Layout.NHWGC, d, conv + ",alpha=0.5,beta=2")
              for d in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)]
-    cases += [(Op.CONV_BWD_DATA, Layout.NGCHW, d, conv) for d in (DType.FP16, DType.BF16, DType.FP32)]
+    cases += [(Op.CONV_BWD_WEIGHT, Layout.NHWGC, d, conv + ",alpha=3,beta=-2") for d in (DType.INT8, DType.INT8_SAT)]
+    cases += [(Op.CONV_BWD_DATA, Layout.NGCHW, d, conv)
+              for d in (DType.FP16, DType.BF16, DType.FP32, DType.INT8, DType.INT8_SAT)]
     cases += [(Op.GROUPNORM_BWD, layout, d, "N=2,C=8,G=4,input=5x5")
               for layout in (Layout.NHWGC, Layout.NGCHW) for d in (DType.FP16, DType.BF16, DType.FP32)]
     cases += [(Op.DWSEP_CONV_FWD, layout, d, "N=2,C=8,K=4,input=5x5,filter=3x3,stride=1,pad=1")

@@ -33,6 +33,10 @@ CASES = [
     (W, Layout.GNHWC, DType.BF16_FP32W, "N=2,G=2,C=3,K=4,input=3x4x5,filter=2x3x1,stride=1x2x1,pad=0x1x0"),
     (W, Layout.NHWGC, DType.FP16, "N=2,G=4,C=1,K=1,input=11x9,filter=5x5,stride=1,pad=2,alpha=-0.5,beta=0.25"),
     (W, Layout.GNHWC, DType.FP16_COMP_BF8_FP8, "N=2,G=1,C=7,K=5,input=5x6,filter=1x1,stride=1,pad=0,alpha=2"),
+    (W, Layout.NHWGC, DType.INT8, "N=2,G=2,C=9,K=3,input=8x7,filter=3x3,stride=1,pad=1,alpha=16777216,beta=-3"),
+    (W, Layout.NGCHW, DType.INT8_SAT, "N=3,G=1,C=12,K=5,input=6x6,filter=3x3,stride=1,pad=1,alpha=2,beta=1"),
+    (D, Layout.NHWGC, DType.INT8, "N=2,G=2,C=3,K=20,input=7x6,filter=3x3,stride=2,pad=1"),
+    (D, Layout.GNHWC, DType.INT8_SAT, "N=2,G=1,C=4,K=24,input=5x5,filter=3x3,stride=1,pad=1"),
     (D, Layout.NHWGC, DType.FP16, "N=2,G=3,C=2,K=3,input=7x5,filter=3x3,stride=2,pad=1"),
     (D, Layout.NGCHW_GKYXC, DType.BF16, "N=2,G=2,C=3,K=4,input=8x7,filter=3x3,stride=3x2,pad_left=1x0,pad_right=2x1,dilation=1x2"),
     (D, Layout.NGCHW, DType.FP32, "N=1,G=1,C=4,K=5,input=10,filter=3,stride=2,pad=0"),
@@ -94,6 +98,9 @@ def test_device_reference_is_the_numpy_reference(case):
         got_ref = buffers[spec.name + ".ref"].reshape(spec.shape)
         got_scale = buffers[spec.name + ".scale"].reshape(spec.shape)
         assert np.all(np.isfinite(got_ref)) and np.all(np.isfinite(got_scale))  # every element written
+        if not spec.scalar.is_float:  # exact integers, to be matched exactly
+            assert np.array_equal(got_ref, ref[spec.name]) and not np.any(buffers[spec.name + ".allowed"])
+            continue
         # float64 sums in another order: equal to a few units in the last place of the terms' scale
         assert np.all(np.abs(got_ref - ref[spec.name]) <= 1e-13 * scale[spec.name] + 1e-300)
         assert np.all(np.abs(got_scale - scale[spec.name]) <= 1e-13 * scale[spec.name] + 1e-300)
@@ -120,7 +127,7 @@ def test_which_tunes_compute_the_reference_on_the_device():
     assert device_reference(able, conv, fp16, specs, TuneSettings()) is not None
     assert device_reference(able, conv, fp16, specs, TuneSettings(device_verify=False)) is None
     assert device_reference(SimpleNamespace(), conv, fp16, specs, TuneSettings()) is None  # reads outputs back
-    assert device_reference(able, conv, int8, conv.tensors(int8), TuneSettings()) is None  # exact int64 sums stay on the host
+    assert device_reference(able, conv, int8, conv.tensors(int8), TuneSettings()) is not None  # exact sums there too
     huge = solver_for(Op.DWSEP_CONV_FWD)
     problem = huge.parse_problem("N=4096,C=2048,K=8,input=32x32,filter=3x3,stride=1,pad=1", Layout.NHWGC, DType.FP16)
     assert device_reference(able, huge, problem, huge.tensors(problem), TuneSettings()) is None  # scratch too large

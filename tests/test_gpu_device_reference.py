@@ -2,8 +2,8 @@
 64 seeded random backward-convolution problems, 24 GroupNorm and 24 fused-forward problems, and their
 bounds are verify.py's.
 
-Convolutions: backward-weight and backward-data; every layout; every float dtype of each op; 1-D, 2-D
-and 3-D; depthwise, grouped and dense; stride 1-3, dilation 1-2, padding drawn per side; for
+Convolutions: backward-weight and backward-data; every layout; every dtype of each op (int8: exact,
+with the int32 epilogue's wrap and saturation); 1-D, 2-D and 3-D; depthwise, grouped and dense; stride 1-3, dilation 1-2, padding drawn per side; for
 backward-weight an epilogue (alpha, beta and D) on a third of them. GroupNorm: both layouts, every
 dtype, 1-3 D, with and without affine parameters. Fused forward: both layouts, every dtype, 1-3 D,
 stride, padding, dilation, each bias and activation. Each is computed by DeviceCheck as a tune does, from
@@ -29,7 +29,7 @@ COUNT = 64
 
 def draw(rng: np.random.Generator) -> tuple[Op, Layout, DType, str]:
     op = Op.CONV_BWD_WEIGHT if rng.random() < 0.5 else Op.CONV_BWD_DATA
-    dtypes = [DType.FP16, DType.BF16, DType.FP32]
+    dtypes = [DType.FP16, DType.BF16, DType.FP32, DType.INT8, DType.INT8_SAT]
     if op is Op.CONV_BWD_WEIGHT:
         dtypes += [DType.BF16_FP32W, DType.FP16_COMP_BF8_FP8]
     dtype = dtypes[int(rng.integers(len(dtypes)))]
@@ -54,7 +54,10 @@ def draw(rng: np.random.Generator) -> tuple[Op, Layout, DType, str]:
     spec = (f"N={n},G={g},C={c},K={k},input={x(size)},filter={x(filt)},stride={x(stride)},"
             f"pad_left={x(left)},pad_right={x(right)},dilation={x(dil)}")
     if op is Op.CONV_BWD_WEIGHT and rng.random() < 1 / 3:
-        spec += f",alpha={rng.choice([0.5, -1.25, 2.0])},beta={rng.choice([0.75, -0.5])}"
+        if dtype.is_integer:  # integer alpha and beta; 2^24 makes int32 wrap
+            spec += f",alpha={rng.choice([3, -2, 16777216])},beta={rng.choice([1, -5])}"
+        else:
+            spec += f",alpha={rng.choice([0.5, -1.25, 2.0])},beta={rng.choice([0.75, -0.5])}"
     return op, layout, dtype, spec
 
 
@@ -106,6 +109,11 @@ def test_device_reference_equals_numpy_on_random_problems(gpu_backend, case):
         got_ref, got_scale = check.host_reference()
         ref, scale = host_references(solver, problem, specs, host)
         for out in (s for s in specs if s.role is Role.OUTPUT):
+            if not out.scalar.is_float:  # exact integers
+                assert np.array_equal(got_ref[out.name], ref[out.name]), spec
+                raw = gpu_backend.copy_from_device(check.pointers[f"{out.name}.allowed"], out.numel * 4)
+                assert not np.any(np.frombuffer(raw, dtype=np.float32)), spec
+                continue
             assert np.all(np.abs(got_ref[out.name] - ref[out.name]) <= 1e-13 * scale[out.name] + 1e-300), spec
             assert np.all(np.abs(got_scale[out.name] - scale[out.name]) <= 1e-13 * scale[out.name] + 1e-300), spec
             raw = gpu_backend.copy_from_device(check.pointers[f"{out.name}.allowed"], out.numel * 4)

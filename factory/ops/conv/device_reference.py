@@ -3,7 +3,7 @@
 A tune judges every candidate against the op's reference. Computed on the host, a large problem's
 reference costs seconds of float64 copies, sums and uploads (bench/NOTES.md 28, 45); the same formula on
 the device, from the tensors the candidates read anyway, takes milliseconds, and its result stays there
-for the output check. Float dtypes only: integer references stay exact int64 sums on the host.
+for the output check. int8 sums are exact 64-bit integers there too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import enum
 import math
 from typing import Mapping
 
-from ...problem import ConvProblem
+from ...problem import ConvProblem, DType
 from ..base import Buf, DeviceReference, Launch, LaunchPlan
 from . import ConvTensor, cpp_type, kernel_args, too_large
 
@@ -32,9 +32,9 @@ class ReferenceKind(enum.Enum):
 def conv_device_reference(kind: ReferenceKind, problem: ConvProblem, tensor_names: Mapping[str, ConvTensor],
                           output: str, d_input: str | None = None) -> DeviceReference | None:
     """The device reference of a backward convolution whose written tensor is `output`; `d_input` names
-    the epilogue's D when the problem has one (backward-weight's beta). None for integer dtypes and for
-    tensors past 32-bit element offsets."""
-    if problem.dtype.is_integer or too_large(problem) is not None:
+    the epilogue's D when the problem has one (backward-weight's beta). None for tensors past 32-bit
+    element offsets."""
+    if too_large(problem) is not None:
         return None
     args = kernel_args(tensor_names, problem)
     refs = (Buf(f"{output}.ref"), Buf(f"{output}.scale"))
@@ -49,5 +49,8 @@ def conv_device_reference(kind: ReferenceKind, problem: ConvProblem, tensor_name
     has_d = kind is ReferenceKind.BWD_WEIGHT and problem.has_d
     values = (("kind", kind.value), ("tin", cpp_type(problem.dtype.tensor)),
               ("td", cpp_type(problem.dtype.weight)), ("has_d", has_d),
-              ("alpha", repr(float(problem.alpha))), ("beta", repr(float(problem.beta))))
+              ("alpha", repr(float(problem.alpha))), ("beta", repr(float(problem.beta))),
+              # int8: exact sums, the int32 epilogue with integer alpha and beta (ConvProblem checks them)
+              ("integer", problem.dtype.is_integer), ("saturate", problem.dtype is DType.INT8_SAT),
+              ("alpha_int", int(problem.alpha)), ("beta_int", int(problem.beta)))
     return DeviceReference(TEMPLATE, values, LaunchPlan((launch,)))

@@ -113,7 +113,9 @@ def faulty(problem: Any, fault: Fault) -> Instance:
 @pytest.fixture
 def faulty_family(monkeypatch):
     """The tuner sees the `faulty` family: its solver lookup and renderer know it for this test."""
-    monkeypatch.setattr(factory.tuner, "solver_for", lambda op: FAULTY_SOLVER if op is Op.CONV_BWD_WEIGHT else solver_for(op))
+    faulty_solver_for = lambda op: FAULTY_SOLVER if op is Op.CONV_BWD_WEIGHT else solver_for(op)  # noqa: E731
+    monkeypatch.setattr(factory.tuner, "solver_for", faulty_solver_for)
+    monkeypatch.setattr(api, "solver_for", faulty_solver_for)  # api.tune_problem ranks the candidates
     monkeypatch.setattr(factory.sources, "render", lambda c: render_faulty(c) if c.family == FAMILY else real_render(c))
     yield
     assert multiprocessing.active_children() == [], "a worker process outlived its tune"

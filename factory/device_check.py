@@ -33,8 +33,9 @@ CHUNK = 1 << 30  # elements per launch: the kernel's count is an int
 BLOCKS_PER_PROCESSOR = 8
 RESULT_BYTES = 16  # the largest ratio's bits (u64), the count of elements not finite (u32), padding
 ENTRY = "kf_check"
-# Beyond this many output elements the references (12 bytes an element on the device, more on the host
-# while they are made) would crowd the tensors themselves: such tunes read their outputs back.
+# Beyond this many output elements the references (12 bytes an element on the device, 20 where the device
+# computes them and keeps their scale, more on the host while they are made) would crowd the tensors
+# themselves: such tunes read their outputs back.
 MAX_CHECKED_ELEMENTS = 1 << 28
 
 

@@ -38,12 +38,13 @@ from .selector import NotTuned, SelectMode, explain, forced, heuristic_pick, loo
 from .shipped import ShippedWinner, lookup_shipped
 from . import sources
 from .sources import hash_of, source_of
-from .tuner import Progress, TuneSettings, TuneTimes, retry_on_resume, tune_timed
+from .tuner import Progress, TuneSettings, TuneTimes, keep_measuring_worker, retry_on_resume, tune_timed
 from tuning_db import DEFAULT_DB_ENV, Measurement, TuningDB, Winner
 
 __all__ = [
     "ConvProblem", "DType", "Layout", "Op", "SelectMode", "Kernel", "TensorMismatch", "TuneOutcome",
     "lookup", "explain", "select", "tune_problem", "candidate_code", "NotTuned", "UnsupportedProblem",
+    "keep_measuring_worker",
 ]
 
 

@@ -584,3 +584,9 @@ def test_a_tune_interrupted_inside_a_keep_block_leaves_no_worker_behind(monkeypa
             tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
         assert _measuring_children() == []  # killed: it might have been busy
     assert _measuring_children() == []
+
+
+def test_the_api_offers_the_kept_worker_block():
+    from factory import api
+
+    assert api.keep_measuring_worker is tuner.keep_measuring_worker and "keep_measuring_worker" in api.__all__

@@ -1,4 +1,4 @@
-"""How long `kfactory tune` takes: three problems of different ops, each tuned cold (empty compile cache and
+"""How long `kfactory tune` takes: a problem of each op, each tuned cold (empty compile cache and
 DB), warm (binaries cached, every candidate measured again with --fresh) and warm with --host-verify (every
 candidate's outputs read back and checked in numpy), through the CLI as a user runs it.
 
@@ -30,10 +30,11 @@ class Case:
     problem: str
 
 
-CASES = (  # >= 200 candidates on >= 100 MB tensors; a dense backward-data; a large GroupNorm
+CASES = (  # >= 200 candidates on >= 100 MB tensors; a dense backward-data; a large GroupNorm; the fused suite row
     Case("conv_bwd_weight", "NHWGC", "fp16", "N=64,G=512,C=1,K=1,input=56x56,filter=3x3,stride=1,pad=1"),
     Case("conv_bwd_data", "NHWGC", "bf16", "N=64,G=1,C=256,K=256,input=28x28,filter=3x3,stride=1,pad=1"),
     Case("groupnorm_bwd", "NHWGC", "fp16", "N=16,C=256,G=32,input=128x128"),
+    Case("dwsep_conv_fwd", "NHWGC", "fp16", "N=64,C=64,K=128,input=112x112,filter=3x3,stride=1,pad=1"),
 )
 RUNS = {  # --runs name: (label, extra tune arguments)
     "cold": ("cold", ()),

@@ -1,6 +1,8 @@
-"""Where the reference phase of a large tune goes, part by part, on this machine's GPU: imports, PyTorch's
-import and CUDA start, the input draw, the float64 copies, the reference and its error scale (each computed
-as a tune computes them, on the GPU where factory.reference_device sends them).
+"""Where a host-computed reference of a large tune goes, part by part, on this machine's GPU: imports,
+PyTorch's import and CUDA start, the input draw, the float64 copies, the reference and its error scale
+(each computed as such a tune computes them, on the GPU where factory.reference_device sends them).
+Tunes compute the reference on the device now (OpModule.device_reference, bench/NOTES.md 46); the host
+path this measures is `tune --host-verify`'s, and any problem whose op has no device reference.
 
     python3 scripts/reference_phases.py [PROBLEM_KEY]
 

@@ -143,6 +143,8 @@ class Worker:
     def release(self) -> bool:
         """Have a ready child drop its state but stay up, for the next `start` to send it a new payload.
         False (and no child) when it could not: it was not ready, died, or did not answer in time."""
+        if self._released and self._process is not None and self._process.is_alive():
+            return True  # given no payload since the last release (nothing was measured): nothing to drop
         if not self._ready or self._process is None or self._conn is None:
             self.kill()
             return False

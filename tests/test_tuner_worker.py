@@ -561,6 +561,18 @@ def test_tunes_in_a_keep_block_share_one_worker_and_send_it_each_payload():
     assert _measuring_children() == []
 
 
+def test_a_tune_that_measures_nothing_leaves_the_kept_worker_up():
+    """A tune whose candidates all fail to compile never sends the kept worker a payload; the worker
+    stays released and serves the next tune without a new start."""
+    with tuner.keep_measuring_worker():
+        tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))
+        kept = tuner._KEPT.get()
+        failed = tune(FakeProblem(), candidates((Kind.NOCOMPILE, 1.0)), FakeBackend(), TuneSettings(**FAST))
+        after = tune(FakeProblem(), candidates((Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**{**FAST, "seed": 3}))
+        assert kept.worker.starts == 1
+    assert not failed[0].verified and after[0].verified
+
+
 def test_a_kept_worker_taken_down_by_a_candidate_is_replaced_and_kept():
     with tuner.keep_measuring_worker():
         crashed = tune(FakeProblem(), candidates((Kind.SEGV, 1.0), (Kind.GOOD, 1.0)), FakeBackend(), TuneSettings(**FAST))

@@ -137,6 +137,13 @@ class LaunchPlan:
 
 
 REFERENCE_WORKSPACE = "reference.workspace"  # a DeviceReference plan's scratch buffer (plan.workspace_bytes)
+REFERENCE_THREADS = 256  # the reference kernels' block
+_REFERENCE_GRID_CAP = 132 * 16  # enough blocks to fill any current GPU; each strides over the rest
+
+
+def reference_blocks(elements: int) -> tuple[int, int, int]:
+    """The grid of a reference kernel that strides over `elements`, REFERENCE_THREADS to a block."""
+    return (max(1, min(_REFERENCE_GRID_CAP, -(-elements // REFERENCE_THREADS))), 1, 1)
 
 
 @dataclass(frozen=True)

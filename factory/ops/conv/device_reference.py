@@ -13,13 +13,11 @@ import math
 from typing import Mapping
 
 from ...problem import ConvProblem, DType
-from ..base import Buf, DeviceReference, Launch, LaunchPlan
+from ..base import REFERENCE_THREADS, Buf, DeviceReference, Launch, LaunchPlan, reference_blocks
 from . import ConvTensor, cpp_type, kernel_args, too_large
 
 TEMPLATE = "reference_conv.hip.j2"
 ENTRY = "kf_reference"
-THREADS = 256
-GRID_STRIDE_BLOCKS = 132 * 16  # enough blocks to fill any current GPU; each strides over the rest
 
 
 class ReferenceKind(enum.Enum):
@@ -39,13 +37,11 @@ def conv_device_reference(kind: ReferenceKind, problem: ConvProblem, tensor_name
     args = kernel_args(tensor_names, problem)
     refs = (Buf(f"{output}.ref"), Buf(f"{output}.scale"))
     d = Buf(d_input if d_input is not None and problem.has_d else output)
-    if kind is ReferenceKind.BWD_WEIGHT:
-        blocks = problem.G * problem.K * problem.C * math.prod(problem.filter)
-        launch = Launch(ENTRY, (blocks, 1, 1), (THREADS, 1, 1), (args, d, *refs))
-    else:
-        elements = problem.N * problem.G * problem.C * math.prod(problem.input)
-        blocks = max(1, min(GRID_STRIDE_BLOCKS, -(-elements // THREADS)))
-        launch = Launch(ENTRY, (blocks, 1, 1), (THREADS, 1, 1), (args, d, *refs))
+    if kind is ReferenceKind.BWD_WEIGHT:  # a block per weight element
+        grid = (problem.G * problem.K * problem.C * math.prod(problem.filter), 1, 1)
+    else:  # grid-stride over the input elements
+        grid = reference_blocks(problem.N * problem.G * problem.C * math.prod(problem.input))
+    launch = Launch(ENTRY, grid, (REFERENCE_THREADS, 1, 1), (args, d, *refs))
     has_d = kind is ReferenceKind.BWD_WEIGHT and problem.has_d
     values = (("kind", kind.value), ("tin", cpp_type(problem.dtype.tensor)),
               ("td", cpp_type(problem.dtype.weight)), ("has_d", has_d),

@@ -10,37 +10,30 @@ from __future__ import annotations
 
 import math
 
-from ..base import I32, REFERENCE_WORKSPACE, Buf, DeviceReference, Launch, LaunchPlan
-from ..conv import cl, cpp_type
+from ..base import I32, REFERENCE_THREADS, REFERENCE_WORKSPACE, Buf, DeviceReference, Launch, LaunchPlan, reference_blocks
+from ..conv import INT32_LIMIT, cl, cpp_type
 from .fused import dwsep_args
 from .problem import DwsepProblem
 
 TEMPLATE = "reference_dwsep.hip.j2"
-THREADS = 256
-GRID_STRIDE_BLOCKS = 132 * 16  # enough blocks to fill any current GPU; each strides over the rest
 MAX_SCRATCH_BYTES = 8 << 30  # past this the depthwise stage's doubles would crowd the GPU: the host computes
-INT32_LIMIT = 2**31 - 1
 
 
 def dwsep_device_reference(problem: DwsepProblem) -> DeviceReference | None:
     """The two launches (depthwise into the scratch, pointwise into the output's references)."""
     mids = problem.N * problem.C * math.prod(problem.output)
-    if 16 * mids > MAX_SCRATCH_BYTES or max(problem.N * problem.C * math.prod(problem.input),
-                                            problem.N * problem.K * math.prod(problem.output)) > INT32_LIMIT:
+    outputs = problem.N * problem.K * math.prod(problem.output)
+    if 16 * mids > MAX_SCRATCH_BYTES or max(problem.N * problem.C * math.prod(problem.input), outputs) > INT32_LIMIT:
         return None
     args = dwsep_args(problem)
     geometry = tuple(I32(v) for v in (*cl.pad_to_3d(problem.filter, 1), *cl.pad_to_3d(problem.stride, 1),
                                       *cl.pad_to_3d(problem.dilation, 1)))
-    outputs = problem.N * problem.K * math.prod(problem.output)
-    block = (THREADS, 1, 1)
+    block = (REFERENCE_THREADS, 1, 1)
     steps = (
-        Launch("kf_ref_depthwise", (_blocks(mids), 1, 1), block, (args, Buf(REFERENCE_WORKSPACE), *geometry)),
-        Launch("kf_ref_pointwise", (_blocks(outputs), 1, 1), block,
+        Launch("kf_ref_depthwise", reference_blocks(mids), block, (args, Buf(REFERENCE_WORKSPACE), *geometry)),
+        Launch("kf_ref_pointwise", reference_blocks(outputs), block,
                (args, Buf(REFERENCE_WORKSPACE), Buf("output.ref"), Buf("output.scale"))),
     )
     values = (("tin", cpp_type(problem.dtype.tensor)), ("channels_last", int(problem.channels_last)))
     return DeviceReference(TEMPLATE, values, LaunchPlan(steps, workspace_bytes=16 * mids))
 
-
-def _blocks(elements: int) -> int:
-    return max(1, min(GRID_STRIDE_BLOCKS, math.ceil(elements / THREADS)))

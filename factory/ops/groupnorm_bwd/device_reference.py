@@ -11,14 +11,12 @@ from __future__ import annotations
 import math
 
 from ...problem import Layout
-from ..base import REFERENCE_WORKSPACE, Buf, DeviceReference, Launch, LaunchPlan
+from ..base import REFERENCE_THREADS, REFERENCE_WORKSPACE, Buf, DeviceReference, Launch, LaunchPlan, reference_blocks
 from ..conv import cpp_type
 from .common import INT32_LIMIT, gn_args
 from .problem import GroupNormProblem
 
 TEMPLATE = "reference_groupnorm.hip.j2"
-THREADS = 256
-GRID_STRIDE_BLOCKS = 132 * 16  # enough blocks to fill any current GPU; each strides over the rest
 SUMS = 4  # doubles per channel (a, b and their magnitudes), then per group (c2, c3 and theirs)
 
 
@@ -28,15 +26,15 @@ def groupnorm_device_reference(problem: GroupNormProblem) -> DeviceReference | N
         return None
     args = gn_args(problem).replace(ws=Buf(REFERENCE_WORKSPACE))
     channels, groups = problem.N * problem.C, problem.N * problem.G
-    block = (THREADS, 1, 1)
+    block = (REFERENCE_THREADS, 1, 1)
     steps = [
         Launch("kf_ref_channels", (channels, 1, 1), block, (args,)),
-        Launch("kf_ref_groups", (math.ceil(groups / THREADS), 1, 1), block, (args,)),
-        Launch("kf_ref_dx", (max(1, min(GRID_STRIDE_BLOCKS, math.ceil(problem.numel / THREADS))), 1, 1), block,
+        Launch("kf_ref_groups", (math.ceil(groups / REFERENCE_THREADS), 1, 1), block, (args,)),
+        Launch("kf_ref_dx", reference_blocks(problem.numel), block,
                (args, Buf("dx.ref"), Buf("dx.scale"))),
     ]
     if problem.affine:
-        steps.append(Launch("kf_ref_affine", (math.ceil(problem.C / THREADS), 1, 1), block,
+        steps.append(Launch("kf_ref_affine", (math.ceil(problem.C / REFERENCE_THREADS), 1, 1), block,
                             (args, Buf("dgamma.ref"), Buf("dgamma.scale"), Buf("dbeta.ref"), Buf("dbeta.scale"))))
     plan = LaunchPlan(tuple(steps), workspace_bytes=8 * SUMS * (channels + groups))
     values = (("tin", cpp_type(problem.dtype.tensor)), ("channels_last", int(problem.layout is Layout.NHWGC)))

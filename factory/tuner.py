@@ -387,11 +387,15 @@ def device_reference(backend: Backend, solver: Any, problem: Any, specs: Sequenc
     """The op's reference kernel where this tune checks outputs on the device and the op has one for
     the problem: the reference then never exists on the host unless a candidate fails (its message reads
     it back). None: the host computes it (numpy, or PyTorch on the GPU for a large one)."""
-    if not settings.device_verify or not getattr(backend, "device_checks", False):
-        return None
-    if sum(s.numel for s in specs if s.role is Role.OUTPUT) > MAX_CHECKED_ELEMENTS:
-        return None
-    return solver.device_reference(problem)
+    return solver.device_reference(problem) if checks_on_device(backend, specs, settings) else None
+
+
+def checks_on_device(backend: Backend, specs: Sequence[TensorSpec], settings: TuneSettings) -> bool:
+    """Whether a tune checks outputs on the device: the settings ask for it, the backend runs our own
+    kernels (`device_checks`: the CUDA and HIP backends) and the outputs are small enough to hold
+    references beside them."""
+    return (settings.device_verify and getattr(backend, "device_checks", False)
+            and sum(s.numel for s in specs if s.role is Role.OUTPUT) <= MAX_CHECKED_ELEMENTS)
 
 
 def host_references(solver: Any, problem: Any, specs: Sequence[TensorSpec],
@@ -637,12 +641,10 @@ def _worker_step(state: _WorkerState, job: _Job) -> Outcome:
 
 
 def device_check_for(backend: Backend, bench: Bench, tensors: DeviceTensors) -> DeviceCheck | None:
-    """The tune's device-side output check, where the settings ask for it and the backend runs our own
-    kernels (`device_checks`: the CUDA and HIP backends); None means outputs are read back. A check
-    that cannot be set up (its kernel fails to compile, memory runs out) is said and read back instead."""
-    if not bench.settings.device_verify or not getattr(backend, "device_checks", False):
-        return None
-    if sum(s.numel for s in bench.specs if s.role is Role.OUTPUT) > MAX_CHECKED_ELEMENTS:
+    """The tune's device-side output check where checks_on_device says so; None means outputs are read
+    back. A check that cannot be set up (its kernel fails to compile, memory runs out) is said and read
+    back instead."""
+    if not checks_on_device(backend, bench.specs, bench.settings):
         return None
     try:
         return DeviceCheck(backend, bench.solver, bench.problem, {s.name: s for s in bench.specs}, bench.ref,

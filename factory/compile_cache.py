@@ -143,26 +143,34 @@ def compile_cached(kind: BackendKind, job: CompileJob, directory: Path | None = 
     return _compile_one(kind, job, directory if directory is not None else usable_cache_dir())
 
 
-def _cached_outcome(kind: BackendKind, job: CompileJob, directory: Path | None) -> CompileOutcome | None:
-    """The cache's binary for `job` (with its figures), or None when it has none (or no compiler is here)."""
+def _cache_path(kind: BackendKind, job: CompileJob, directory: Path | None) -> Path | None:
+    """Where the cache keeps `job`'s binary (None without a cache); raises when no compiler is here."""
     if directory is None:
         return None
+    return directory / f"{cache_key(job.source, job.arch, compiler_version(kind), job.options)}.bin"
+
+
+def _read_cached(job: CompileJob, path: Path | None) -> CompileOutcome | None:
+    payload = None if path is None else _read_entry(path)
+    return None if payload is None else CompileOutcome(job.name, payload, None, True, resources=_read_resources(path))
+
+
+def _cached_outcome(kind: BackendKind, job: CompileJob, directory: Path | None) -> CompileOutcome | None:
+    """The cache's binary for `job` (with its figures), or None when it has none (or no compiler is here)."""
     try:
-        path = directory / f"{cache_key(job.source, job.arch, compiler_version(kind), job.options)}.bin"
+        path = _cache_path(kind, job, directory)
     except Exception:  # noqa: BLE001 - no compiler: _compile_one reports that as the job's error
         return None
-    payload = _read_entry(path)
-    return None if payload is None else CompileOutcome(job.name, payload, None, True, resources=_read_resources(path))
+    return _read_cached(job, path)
 
 
 def _compile_one(kind: BackendKind, job: CompileJob, directory: Path | None) -> CompileOutcome:
     """The unit of work of a worker process; `directory` None compiles without the cache."""
-    cached = _cached_outcome(kind, job, directory)
-    if cached is not None:
-        return cached
     try:
-        compiler = compiler_version(kind)
-        path = None if directory is None else directory / f"{cache_key(job.source, job.arch, compiler, job.options)}.bin"
+        path = _cache_path(kind, job, directory)
+        cached = _read_cached(job, path)
+        if cached is not None:
+            return cached
         result: CompiledBinary = compiler_for(kind)(job.source, job.arch, job.options)
     except Exception as exc:  # noqa: BLE001 - a failed candidate is recorded with its error, never fatal
         return CompileOutcome(job.name, None, f"{type(exc).__name__}: {exc}", False)

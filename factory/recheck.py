@@ -153,39 +153,32 @@ def recheck_winners(
 
     with keep_measuring_worker():  # one measuring process for every winner, not one per winner
         for check in checks:
-            _recheck_one(db, backend, check, device, threshold, settings, progress, on_winner, add)
+            winner, problem, refusals = check.winner, check.problem, check.refusals
+            if on_winner is not None:
+                on_winner(winner)
+            if problem is None:
+                add(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
+                            unreadable=check.unreadable))
+                continue
+            if not check.timed:
+                add(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED, refusals=refusals))
+                continue
+            instance = check.candidates[winner.instance]
+            [now] = tune(problem, [instance], backend, settings)
+            now = dataclasses.replace(now, source_hash=hash_of(instance))
+            db.record(problem.key, problem.op.value, device, [now])
+            if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
+                if check.code_changed:  # the older code's winner row gives way to today's measurement
+                    db.decide(problem.key, device, candidate_code(problem, device))
+                add(Recheck(problem.key, winner.instance, winner.median_us,
+                            Action.RETIMED if check.code_changed else Action.KEPT, now, refusals=refusals))
+                continue
+            trigger = Trigger.SLOWER if now.verified and now.median_us is not None else Trigger.FAILS
+            outcome = tune_problem(problem, backend, db, settings, progress, fresh=True)
+            action = Action.RETUNED if outcome.winner is not None else Action.RETUNE_FAILED
+            add(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner,
+                        refusals=refusals))
     return results
-
-
-def _recheck_one(db: TuningDB, backend: Backend, check: _Check, device: Any, threshold: float,
-                 settings: TuneSettings, progress: Progress, on_winner: Callable[[Winner], None] | None,
-                 add: Callable[[Recheck], None]) -> None:
-    """Time one stored winner again (recheck_winners' loop body) and hand its Recheck to `add`."""
-    winner, problem, refusals = check.winner, check.problem, check.refusals
-    if on_winner is not None:
-        on_winner(winner)
-    if problem is None:
-        add(Recheck(winner.problem_key, winner.instance, winner.median_us, Action.NOT_SERVED,
-                    unreadable=check.unreadable))
-        return
-    if not check.timed:
-        add(Recheck(problem.key, winner.instance, winner.median_us, Action.NOT_SERVED, refusals=refusals))
-        return
-    instance = check.candidates[winner.instance]
-    [now] = tune(problem, [instance], backend, settings)
-    now = dataclasses.replace(now, source_hash=hash_of(instance))
-    db.record(problem.key, problem.op.value, device, [now])
-    if now.verified and now.median_us is not None and now.median_us <= threshold * winner.median_us:
-        if check.code_changed:  # the older code's winner row gives way to today's measurement
-            db.decide(problem.key, device, candidate_code(problem, device))
-        add(Recheck(problem.key, winner.instance, winner.median_us,
-                    Action.RETIMED if check.code_changed else Action.KEPT, now, refusals=refusals))
-        return
-    trigger = Trigger.SLOWER if now.verified and now.median_us is not None else Trigger.FAILS
-    outcome = tune_problem(problem, backend, db, settings, progress, fresh=True)
-    action = Action.RETUNED if outcome.winner is not None else Action.RETUNE_FAILED
-    add(Recheck(problem.key, winner.instance, winner.median_us, action, now, trigger, outcome.winner,
-                refusals=refusals))
 
 
 def describe(result: Recheck) -> str:
@@ -267,35 +260,29 @@ def retime_shipped(
     compile_ahead([i for i in known if i is not None], device, settings)
     with keep_measuring_worker():  # one measuring process for every winner, not one per winner
         for shipped in todo:
-            _retime_one(db, backend, shipped, device, settings, on_winner, results)
+            if on_winner is not None:
+                on_winner(shipped)
+            key = shipped.winner.problem_key
+            try:
+                problem = problem_from_key(key)
+            except UnreadableKey:
+                continue  # a key of another version's ops: nothing here could serve it
+            refusals = tuple(serving_refusals(problem, shipped.winner, None, target_for(device)))
+            if refusals:
+                results.append(ShippedRetime(key, shipped, refusals=refusals))
+                continue
+            instance = instance_by_name(shipped.winner.instance)
+            code = hash_of(instance)
+            before = [m for m, _, _ in db.measurements(key, device) if m.instance == instance.name and m.source_hash == code]
+            if before:
+                results.append(ShippedRetime(key, shipped, before[-1], db.best(key, device), already=True))
+                continue
+            [now] = tune(problem, [instance], backend, settings)
+            now = dataclasses.replace(now, source_hash=code)
+            db.record(key, problem.op.value, device, [now])
+            winner = db.decide(key, device, candidate_code(problem, device))
+            results.append(ShippedRetime(key, shipped, now, winner))
     return results
-
-
-def _retime_one(db: TuningDB, backend: Backend, shipped: ShippedWinner, device: Any, settings: TuneSettings,
-                on_winner: Callable[[ShippedWinner], None] | None, results: list[ShippedRetime]) -> None:
-    """Time one shipped winner on this GPU (retime_shipped's loop body), appending its ShippedRetime."""
-    if on_winner is not None:
-        on_winner(shipped)
-    key = shipped.winner.problem_key
-    try:
-        problem = problem_from_key(key)
-    except UnreadableKey:
-        return  # a key of another version's ops: nothing here could serve it
-    refusals = tuple(serving_refusals(problem, shipped.winner, None, target_for(device)))
-    if refusals:
-        results.append(ShippedRetime(key, shipped, refusals=refusals))
-        return
-    instance = instance_by_name(shipped.winner.instance)
-    code = hash_of(instance)
-    before = [m for m, _, _ in db.measurements(key, device) if m.instance == instance.name and m.source_hash == code]
-    if before:
-        results.append(ShippedRetime(key, shipped, before[-1], db.best(key, device), already=True))
-        return
-    [now] = tune(problem, [instance], backend, settings)
-    now = dataclasses.replace(now, source_hash=code)
-    db.record(key, problem.op.value, device, [now])
-    winner = db.decide(key, device, candidate_code(problem, device))
-    results.append(ShippedRetime(key, shipped, now, winner))
 
 
 def describe_shipped(result: ShippedRetime) -> str:

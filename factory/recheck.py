@@ -273,7 +273,8 @@ def retime_shipped(
                 continue
             instance = instance_by_name(shipped.winner.instance)
             code = hash_of(instance)
-            before = [m for m, _, _ in db.measurements(key, device) if m.instance == instance.name and m.source_hash == code]
+            before = [m for m, _, _ in db.measurements(key, device)
+                      if m.instance == instance.name and m.source_hash == code]
             if before:
                 results.append(ShippedRetime(key, shipped, before[-1], db.best(key, device), already=True))
                 continue

@@ -86,6 +86,16 @@ CASES = [
          lambda p: p.phases.value == "per_phase"),
     Case("mma-ngchw-fp32-1d-s3-per-phase", "mma", L.NGCHW, D.FP32, "N=2,G=2,C=5,K=7,input=23,filter=2,stride=3,pad=1",
          lambda p: p.phases.value == "per_phase"),
+    # The finished tile staged through shared memory and stored 16 bytes along C (TileStore.STAGED): tiles
+    # wider than C, rows past the phase's positions, stride phases; 8 fp16, 4 fp32, 4 int32, 16 int8 a store.
+    Case("mma-nhwgc-fp16-2d-s2-staged", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
+         lambda p: p.store.value == "staged" and p.vector_a == 8),
+    Case("mma-gnhwc-fp32-3d-staged", "mma", L.GNHWC, D.FP32, "N=1,G=2,C=12,K=8,input=5x6x7,filter=3x2x3,stride=2x1x2,pad=1",
+         lambda p: p.store.value == "staged" and p.block_n == 32),
+    Case("mma-nhwgc-int8-1d-staged", "mma", L.NHWGC, D.INT8, "N=3,G=1,C=8,K=32,input=37,filter=5,stride=2,pad=2",
+         lambda p: p.store.value == "staged"),
+    Case("mma-nhwgc-int8sat-2d-staged", "mma", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=32,K=64,input=6x5,filter=3x3,pad=1",
+         lambda p: p.store.value == "staged" and p.block_n == 64),
     # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
     Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.vector == 4),

@@ -256,7 +256,35 @@ __device__ __forceinline__ bool sum_slices(kf_mma::FragC<typename Cfg::T> (&acc)
   if (slice > 0) return false;
   for (int s = 1; s < Cfg::SLICES; ++s) for_each_acc<Cfg>(acc, [&](Acc& v, int k) { v += at(s, k); });
   return true;
+}{% if staged_store is defined and staged_store %}
+
+// The tile through shared memory, then Op::STORE_VEC adjacent columns (16 bytes) a store: a lane's
+// accumulators hold two adjacent columns on each of two rows, so storing them where they lie writes
+// 4-byte pieces scattered over 8 rows a warp instruction. `tile` (the pipelines' space, free once every
+// warp is done with it) holds BM x (BN + 4) accumulators; the op's store_vec(row, column, values)
+// writes STORE_VEC values of row `row` from column `column` on (nothing past its edges).
+template <class Cfg, class Op, typename Acc>
+__device__ __forceinline__ void store_staged(const Op& op, kf_mma::FragC<typename Cfg::T> (&acc)[Cfg::FM][Cfg::FN],
+                                             Acc* tile, int m0, int n0, int wm, int wn, int lane) {
+  constexpr int LD = Cfg::BN + 4, V = Op::STORE_VEC, PER_ROW = Cfg::BN / V;
+  static_assert(Cfg::SLICES == 1 && Cfg::BN % V == 0, "one pipeline a block, whole vectors a row");
+  wait<0>();
+  __syncthreads();  // every warp is done reading the pipelines' stages
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int e = 0; e < kf_mma::C_ELEMS; ++e)
+        tile[(wm + i * kf_mma::M + kf_mma::c_row(kf_mma::c_row_of(e), lane)) * LD + wn + j * kf_mma::N +
+             kf_mma::c_col(kf_mma::c_col_of(e), lane)] = acc[i][j].x[e];
+  __syncthreads();
+  for (int e = threadIdx.x; e < Cfg::BM * PER_ROW; e += Cfg::THREADS) {
+    const int r = e / PER_ROW, c = e % PER_ROW * V;
+    op.store_vec(op.c_row(m0 + r), n0 + c, tile + r * LD + c);
+  }
 }
+{% endif %}
 
 // The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop, then op.store for every
 // element of the tile. `smem` holds Cfg::SHARED_BYTES plus Cfg::SMEM_ALIGN - 16 for aligning it.
@@ -300,7 +328,9 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
   }
   if constexpr (Cfg::SLICES > 1) {
     if (!sum_slices<Cfg>(acc, reinterpret_cast<Acc*>(aligned), slice, local)) return;
-  }
+  }{% if staged_store is defined and staged_store %}
+  store_staged<Cfg>(op, acc, reinterpret_cast<Acc*>(aligned), m0, n0, wm, wn, lane);
+  return;{% endif %}
 
   // A lane's accumulators cover a few rows and columns of the tile, each many times: the op's mapping of
   // a row and of a column to the output is worked out once per row and per column.

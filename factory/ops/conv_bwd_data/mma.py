@@ -20,13 +20,24 @@ from ..base import I32, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N
 from ..conv import kernel_args
-from .common import ALL_CELLS, GRID_Y_LIMIT, TENSORS, BwdDataFamily
+from .common import ALL_CELLS, GRID_Y_LIMIT, TENSORS, BwdDataFamily, result_scalar
 
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1, DType.INT8_SAT: 1}
+ACC_BYTES = 4  # an accumulator: fp32, or int32 for int8 operands
+STORE_BYTES = 16  # a staged store's vector of grad_input elements
 MAX_TAPS = 256  # the template's table of a phase's taps
 TAP_BYTES = 20  # one table entry (Tap: two offsets, three ints)
 GRID_Z_LIMIT = 65535
+
+
+class TileStore(enum.Enum):
+    """How a block's finished tile reaches grad_input: each accumulator where it lies in the matrix
+    instructions' layout (2-element pieces over 8 rows a warp store), or staged through shared memory and
+    written 16 bytes a thread along C (channels-last grad_input with C a multiple of the vector only)."""
+
+    ELEMENT = "element"
+    STAGED = "staged"
 
 
 class PhaseLaunch(enum.Enum):
@@ -55,6 +66,7 @@ class MmaParams:
     #                (NGKHW tensors of a pointwise problem); else 1
     vector_b: int  # weight elements per chunk along c (GKYXC weights, or any weight of a 1x1 filter); else 1
     phases: PhaseLaunch = PhaseLaunch.MERGED
+    store: TileStore = TileStore.ELEMENT
 
     def __post_init__(self) -> None:
         im, in_ = self.instruction_m, self.instruction_n
@@ -74,24 +86,29 @@ class MmaParams:
         return self.warps_m * self.warps_n * self.lanes
 
     def shared_bytes(self, layout: Layout, dtype: DType) -> int:
-        """The pipeline's shared memory (igemm.h Config::SHARED_BYTES): every stage's A and B tiles,
-        rows padded by 16 bytes; A is r-major where the output gradient is not channels-last."""
+        """The block's dynamic shared memory: every stage's A and B tiles (igemm.h Config::SHARED_BYTES),
+        rows padded by 16 bytes, A r-major where the output gradient is not channels-last; a staged store
+        reuses it for the finished tile (store_staged)."""
         size = OPERAND_BYTES[dtype]
         pad = 16 // size
         a = self.block_k * (self.block_m + pad) if a_rmajor(layout) else self.block_m * (self.block_k + pad)
         b = self.block_k * (self.block_n + pad)
-        return (a + b) * self.stages * size
+        pipeline = (a + b) * self.stages * size
+        if self.store is TileStore.STAGED:  # the finished tile in accumulators, rows padded by 4
+            return max(pipeline, self.block_m * (self.block_n + 4) * ACC_BYTES)
+        return pipeline
 
     def suffix(self) -> str:
         per_phase = "_pp" if self.phases is PhaseLaunch.PER_PHASE else ""
+        staged = "_st" if self.store is TileStore.STAGED else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
-                f"_v{self.vector_a}x{self.vector_b}{per_phase}")
+                f"_v{self.vector_a}x{self.vector_b}{per_phase}{staged}")
 
     def template_values(self) -> dict[str, Any]:
         return {"engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                 "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
                 "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS,
-                "per_phase": self.phases is PhaseLaunch.PER_PHASE}
+                "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED}
 
 
 def a_rmajor(layout: Layout) -> bool:
@@ -144,6 +161,8 @@ class Mma(BwdDataFamily):
             return "one stride phase: launching per phase is the merged launch"
         if refusal := chunk_refusal(problem, p.vector_a, p.vector_b):
             return refusal
+        if p.store is TileStore.STAGED and (refusal := staged_store_refusal(problem)):
+            return refusal
         shared = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES
         if shared > target.shared_optin:
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
@@ -185,7 +204,11 @@ class Mma(BwdDataFamily):
         # One launch per stride phase ran 1.30x the merged launch's time (16 same-tile pairs, 13 slower), as
         # bench/NOTES.md section 20 found.
         per_phase = 0.4 if p.phases is PhaseLaunch.PER_PHASE else 0.0
-        return 2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + self.tile_fill(p, problem, target)
+        # The staged store: 0.91x the time of the same point's element stores (geomean of 150 pairs, 0.67-1.06x)
+        # on the seven H100 channels-last suite problems it serves (bench/NOTES.md section 49).
+        staged = 0.15 if p.store is TileStore.STAGED else 0.0
+        return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + staged
+                + self.tile_fill(p, problem, target))
 
     def tile_fill(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """Under two blocks an SM, 0.6 a halving: fewer blocks leave SMs idle or without a second block to
@@ -213,6 +236,16 @@ def chunk_refusal(problem: ConvProblem, vector_a: int, vector_b: int) -> str | N
     if (not a_rmajor(problem.layout) and problem.K % vector_a) or problem.C % vector_b:
         return (f"chunks of {vector_a} along K and {vector_b} along C need K and C divisible by them "
                 f"(C={problem.C}, K={problem.K})")
+    return None
+
+
+def staged_store_refusal(problem: ConvProblem) -> str | None:
+    """Why a staged store's 16-byte vectors along C cannot write `problem`'s grad_input, or None."""
+    vector = STORE_BYTES // result_scalar(problem.dtype).nbytes
+    if not cl.channel_innermost(problem.layout):
+        return "a staged store writes along C: grad_input must be channels-last (NHWGC, GNHWC)"
+    if problem.C % vector:
+        return f"a staged store writes {vector} channels at once: C={problem.C} must divide by {vector}"
     return None
 
 

@@ -1,0 +1,71 @@
+"""conv_bwd_data `mma`'s staged store (TileStore.STAGED): where it applies, its shared memory, its name.
+
+The kernels themselves are checked on the host emulator (tests/test_emulated_bwd_data.py, the `staged`
+cases) and on the GPU (tests/test_gpu_conv_bwd_data.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from factory.catalog import instance_by_name
+from factory.device import TARGETS
+from factory.ops.conv_bwd_data import SOLVER
+from factory.ops.conv_bwd_data.mma import ACC_BYTES, MmaParams, PhaseLaunch, TileStore
+from factory.problem import DType, Layout
+from factory.selector import lookup
+
+H100 = TARGETS["sm_90a"]
+SPEC = "N=2,G=2,C={C},K=16,input=9x7,filter=3x3,stride=2,pad=1"
+
+
+def _mma(layout: Layout, dtype: DType, channels: int) -> list:
+    problem = SOLVER.parse_problem(SPEC.format(C=channels), layout, dtype)
+    return [i for i in lookup(problem, target=H100) if i.family == "mma"]
+
+
+def _staged(instances: list) -> list:
+    return [i for i in instances if i.params.store is TileStore.STAGED]
+
+
+def test_staged_points_serve_channels_last_grad_inputs_whose_c_takes_whole_vectors() -> None:
+    assert _staged(_mma(Layout.NHWGC, DType.FP16, 16))  # 8 fp16 a store
+    assert _staged(_mma(Layout.GNHWC, DType.FP32, 12))  # 4 fp32
+    assert _staged(_mma(Layout.NHWGC, DType.INT8, 4))  # int32 sums: 4 a store
+    assert not _staged(_mma(Layout.NHWGC, DType.FP16, 12))
+    assert not _staged(_mma(Layout.NHWGC, DType.INT8_SAT, 8))  # int8 results: 16 a store
+    assert not _staged(_mma(Layout.NGCHW, DType.FP16, 16))  # C is not contiguous
+    assert _mma(Layout.NHWGC, DType.FP16, 12)  # the element stores still serve it
+
+
+def test_why_not_here_says_what_a_staged_store_needs() -> None:
+    params = MmaParams(128, 64, 32, 4, 2, 3, 4, 4, PhaseLaunch.MERGED, TileStore.STAGED)
+    family = SOLVER.family("mma")
+    odd = SOLVER.parse_problem(SPEC.format(C=12), Layout.NHWGC, DType.FP16)  # 4-element loads, 8-element stores
+    assert "C=12 must divide by 8" in family.why_not_here(params, odd, H100)
+    planar = SOLVER.parse_problem(SPEC.format(C=16), Layout.NGCHW, DType.FP16)
+    assert "channels-last" in family.why_not_here(dataclasses.replace(params, vector_a=1, vector_b=1), planar, H100)
+
+
+def test_a_staged_tile_fits_the_shared_memory_it_is_given() -> None:
+    element = MmaParams(128, 128, 32, 4, 2, 3, 8, 8)
+    staged = dataclasses.replace(element, store=TileStore.STAGED)
+    pipeline = element.shared_bytes(Layout.NHWGC, DType.FP16)
+    assert pipeline < 128 * (128 + 4) * ACC_BYTES == staged.shared_bytes(Layout.NHWGC, DType.FP16)
+    deep = dataclasses.replace(element, stages=6)
+    assert dataclasses.replace(deep, store=TileStore.STAGED).shared_bytes(Layout.NHWGC, DType.FP16) == \
+        deep.shared_bytes(Layout.NHWGC, DType.FP16)
+
+
+def test_staged_instances_are_named_apart_and_parse_back() -> None:
+    staged = _staged(_mma(Layout.NHWGC, DType.FP16, 16))
+    for inst in staged:
+        assert inst.name.endswith("_st")
+        assert instance_by_name(inst.name).params == inst.params
+
+
+def test_the_prior_ranks_a_staged_point_above_the_same_point_storing_elements() -> None:
+    problem = SOLVER.parse_problem(SPEC.format(C=64), Layout.NHWGC, DType.BF16)
+    family = SOLVER.family("mma")
+    element = MmaParams(128, 64, 32, 4, 2, 4, 8, 8)
+    staged = dataclasses.replace(element, store=TileStore.STAGED)
+    assert family.heuristic_score(staged, problem, H100) > family.heuristic_score(element, problem, H100)

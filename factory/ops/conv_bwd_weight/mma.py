@@ -21,6 +21,7 @@ from ..base import I32, Buf, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
+from ..conv.transpose import transpose_launch, transpose_values
 from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily,
                      Reduction, check_split, reduction_length)
 from .split_model import GEMM_SPLITS
@@ -33,7 +34,6 @@ OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.BF16_FP32W: 2, DType.FP32: 
 FP8_CELLS = frozenset((layout, DType.FP16_COMP_BF8_FP8, ndim) for layout in Layout for ndim in (1, 2, 3))
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in OPERAND_BYTES) | FP8_CELLS | INT8_SAT_CELLS
 FP8_OPERANDS = "kf_mma::f16_as_fp8"  # fp16 storage that mma.h multiplies as e5m2 (A) x e4m3 (B)
-TRANSPOSE_TILE, TRANSPOSE_THREADS = 64, 256  # kf_to_channels_last: a 64 x 64 tile of (channels, positions)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class Mma(BwdWeightFamily):
             values |= {"a_rmajor": "true", "b_rmajor": "true"}
         if dtype is DType.FP16_COMP_BF8_FP8:
             values["tin"] = FP8_OPERANDS
-        return values | {"transpose_tile": TRANSPOSE_TILE, "transpose_threads": TRANSPOSE_THREADS}
+        return values | transpose_values()
 
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.dtype is DType.FP16_COMP_BF8_FP8 and MatrixUnit.MMA_FP8 not in target.matrix_units:
@@ -198,10 +198,7 @@ class Mma(BwdWeightFamily):
         if not p.transpose:
             return (), 0
         regions = _staged_regions(problem, at)
-        launches = tuple(
-            Launch("kf_to_channels_last", (math.ceil(r.spatial / TRANSPOSE_TILE), math.ceil(r.channels / TRANSPOSE_TILE), problem.N),
-                   (TRANSPOSE_THREADS, 1, 1), (Buf(r.tensor), r.copy, I32(r.channels), I32(r.spatial)))
-            for r in regions)
+        launches = tuple(transpose_launch(Buf(r.tensor), r.copy, r.channels, r.spatial, problem.N) for r in regions)
         return launches, regions[-1].end - at
 
     def conv_args(self, p: MmaParams, problem: ConvProblem, dst: str, staging_at: int) -> Struct:

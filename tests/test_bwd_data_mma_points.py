@@ -1,7 +1,8 @@
-"""conv_bwd_data `mma`'s staged store (TileStore.STAGED): where it applies, its shared memory, its name.
+"""conv_bwd_data `mma`'s staged store (TileStore.STAGED) and transposing pass: where they apply, their
+shared memory and workspace, their names.
 
 The kernels themselves are checked on the host emulator (tests/test_emulated_bwd_data.py, the `staged`
-cases) and on the GPU (tests/test_gpu_conv_bwd_data.py)."""
+and `transposed` cases) and on the GPU (tests/test_gpu_conv_bwd_data.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import dataclasses
 from factory.catalog import instance_by_name
 from factory.device import TARGETS
 from factory.ops.conv_bwd_data import SOLVER
+from factory.ops.base import Launch
 from factory.ops.conv_bwd_data.mma import ACC_BYTES, MmaParams, PhaseLaunch, TileStore
 from factory.problem import DType, Layout
 from factory.selector import lookup
@@ -33,7 +35,7 @@ def test_staged_points_serve_channels_last_grad_inputs_whose_c_takes_whole_vecto
     assert _staged(_mma(Layout.NHWGC, DType.INT8, 4))  # int32 sums: 4 a store
     assert not _staged(_mma(Layout.NHWGC, DType.FP16, 12))
     assert not _staged(_mma(Layout.NHWGC, DType.INT8_SAT, 8))  # int8 results: 16 a store
-    assert not _staged(_mma(Layout.NGCHW, DType.FP16, 16))  # C is not contiguous
+    assert all(i.params.transpose for i in _staged(_mma(Layout.NGCHW, DType.FP16, 16)))  # only on the copies
     assert _mma(Layout.NHWGC, DType.FP16, 12)  # the element stores still serve it
 
 
@@ -69,3 +71,38 @@ def test_the_prior_ranks_a_staged_point_above_the_same_point_storing_elements() 
     element = MmaParams(128, 64, 32, 4, 2, 4, 8, 8)
     staged = dataclasses.replace(element, store=TileStore.STAGED)
     assert family.heuristic_score(staged, problem, H100) > family.heuristic_score(element, problem, H100)
+
+
+def _transposed(instances: list) -> list:
+    return [i for i in instances if i.params.transpose]
+
+
+def test_transposing_points_serve_ngchw_float_problems_only() -> None:
+    assert _transposed(_mma(Layout.NGCHW, DType.FP16, 16))
+    assert _transposed(_mma(Layout.NGCHW_GKYXC, DType.FP32, 8))
+    assert not _transposed(_mma(Layout.NHWGC, DType.FP16, 16))
+    assert not _transposed(_mma(Layout.NGCHW, DType.INT8, 16))
+    family = SOLVER.family("mma")
+    params = MmaParams(128, 64, 32, 4, 2, 3, 8, 8, PhaseLaunch.MERGED, TileStore.STAGED, transpose=True)
+    nhwgc = SOLVER.parse_problem(SPEC.format(C=16), Layout.NHWGC, DType.FP16)
+    assert "channels-last already" in family.why_not_here(params, nhwgc, H100)
+    per_phase = dataclasses.replace(params, phases=PhaseLaunch.PER_PHASE)
+    planar = SOLVER.parse_problem(SPEC.format(C=16), Layout.NGCHW, DType.FP16)
+    assert "merged launch" in family.why_not_here(per_phase, planar, H100)
+    odd = SOLVER.parse_problem(SPEC.format(C=12), Layout.NGCHW, DType.FP16)  # the copies' chunks need C % 8
+    assert "C=12" in family.why_not_here(params, odd, H100)
+
+
+def test_a_transposing_plan_copies_in_and_back_around_the_main_kernel() -> None:
+    family = SOLVER.family("mma")
+    params = MmaParams(128, 64, 32, 4, 2, 3, 8, 8, PhaseLaunch.MERGED, TileStore.STAGED, transpose=True)
+    for layout, copies_weight in ((Layout.NGCHW, True), (Layout.NGCHW_GKYXC, False)):
+        problem = SOLVER.parse_problem(SPEC.format(C=16), layout, DType.FP16)
+        plan = family.launch_plan(params, problem, H100)
+        entries = [s.entry for s in plan.steps if isinstance(s, Launch)]
+        assert entries == ["kf_to_channels_last"] * (1 + copies_weight) + ["kf_main", "kf_to_channels_last"]
+        # grad_output (2*2*16*5*4 halves), grad_input (2*2*16*9*7), the weight (2*16*9*16) in 256-byte steps
+        sizes = [2 * 2 * 16 * 20 * 2, 2 * 2 * 16 * 63 * 2] + ([2 * 16 * 9 * 16 * 2] if copies_weight else [])
+        assert plan.workspace_bytes == sum(-(-b // 256) * 256 for b in sizes)
+        back = plan.steps[-1]
+        assert back.args[1].name == "grad_input" and back.grid[2] == problem.N

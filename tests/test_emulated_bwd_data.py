@@ -96,6 +96,18 @@ CASES = [
          lambda p: p.store.value == "staged"),
     Case("mma-nhwgc-int8sat-2d-staged", "mma", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=32,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.store.value == "staged" and p.block_n == 64),
+    # NGCHW on channels-last copies (transpose): grad_output and a GKCYX weight copied, grad_input copied back;
+    # odd positions (element-wise pass), stride phases, 1-D and 3-D, a GKYXC weight used as given.
+    Case("mma-ngchw-fp16-2d-s2-transposed", "mma", L.NGCHW, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
+         lambda p: p.transpose and p.vector_a == 8 and p.vector_b == 8),
+    Case("mma-gkyxc-bf16-1d-transposed", "mma", L.NGCHW_GKYXC, D.BF16, "N=3,G=1,C=32,K=16,input=40,filter=5,stride=3,pad=2,dilation=2",
+         lambda p: p.transpose and p.block_n == 32),
+    Case("mma-ngchw-fp32-3d-transposed", "mma", L.NGCHW, D.FP32, "N=1,G=3,C=8,K=4,input=5x6x7,filter=3x2x3,stride=2x1x2,pad=1",
+         lambda p: p.transpose),
+    Case("mma-ngchw-fp16-2d-transposed-vectors", "mma", L.NGCHW, D.FP16, "N=2,G=1,C=64,K=64,input=16x8,filter=3x3,pad=1",
+         lambda p: p.transpose and p.block_n == 64),
+    Case("mma-ngchw-bf16-2d-transposed-half-vectors", "mma", L.NGCHW, D.BF16, "N=2,G=1,C=32,K=16,input=6x2,filter=3x3,pad=1",
+         lambda p: p.transpose),  # 12 positions: the pass copies 4 elements at a time
     # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
     Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.vector == 4),

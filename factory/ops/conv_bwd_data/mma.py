@@ -9,6 +9,7 @@ split, in one launch); a 1x1 stride-1 problem is one phase with one tap: a plain
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass
@@ -16,11 +17,12 @@ from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
-from ..base import I32, Launch, LaunchPlan, Struct
+from ..base import I32, Buf, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N
 from ..conv import kernel_args
-from .common import ALL_CELLS, GRID_Y_LIMIT, TENSORS, BwdDataFamily, result_scalar
+from ..conv.transpose import copy_regions, transpose_launch, transpose_values
+from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, result_scalar
 
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1, DType.INT8_SAT: 1}
@@ -67,6 +69,8 @@ class MmaParams:
     vector_b: int  # weight elements per chunk along c (GKYXC weights, or any weight of a 1x1 filter); else 1
     phases: PhaseLaunch = PhaseLaunch.MERGED
     store: TileStore = TileStore.ELEMENT
+    transpose: bool = False  # NGCHW: grad_output (and a GKCYX weight) copied channels-last into the
+    #                         workspace, the channels-last grad_input copied back (conv/transpose.py)
 
     def __post_init__(self) -> None:
         im, in_ = self.instruction_m, self.instruction_n
@@ -91,7 +95,8 @@ class MmaParams:
         reuses it for the finished tile (store_staged)."""
         size = OPERAND_BYTES[dtype]
         pad = 16 // size
-        a = self.block_k * (self.block_m + pad) if a_rmajor(layout) else self.block_m * (self.block_k + pad)
+        a_by_rows = a_rmajor(layout) and not self.transpose
+        a = self.block_k * (self.block_m + pad) if a_by_rows else self.block_m * (self.block_k + pad)
         b = self.block_k * (self.block_n + pad)
         pipeline = (a + b) * self.stages * size
         if self.store is TileStore.STAGED:  # the finished tile in accumulators, rows padded by 4
@@ -101,14 +106,16 @@ class MmaParams:
     def suffix(self) -> str:
         per_phase = "_pp" if self.phases is PhaseLaunch.PER_PHASE else ""
         staged = "_st" if self.store is TileStore.STAGED else ""
+        transposed = "_tr" if self.transpose else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
-                f"_v{self.vector_a}x{self.vector_b}{per_phase}{staged}")
+                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}")
 
     def template_values(self) -> dict[str, Any]:
         return {"engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                 "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
                 "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS,
-                "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED}
+                "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED,
+                "transpose": self.transpose} | transpose_values()
 
 
 def a_rmajor(layout: Layout) -> bool:
@@ -159,9 +166,12 @@ class Mma(BwdDataFamily):
             return f"filter has {problem.filter_volume} taps, the phase table holds {MAX_TAPS}"
         if p.phases is PhaseLaunch.PER_PHASE and math.prod(problem.stride) == 1:
             return "one stride phase: launching per phase is the merged launch"
-        if refusal := chunk_refusal(problem, p.vector_a, p.vector_b):
+        if p.transpose and (refusal := transpose_refusal(p, problem)):
             return refusal
-        if p.store is TileStore.STAGED and (refusal := staged_store_refusal(problem)):
+        read = channels_last_copy(problem) if p.transpose else problem  # what the main kernel reads
+        if refusal := chunk_refusal(read, p.vector_a, p.vector_b):
+            return refusal
+        if p.store is TileStore.STAGED and (refusal := staged_store_refusal(read)):
             return refusal
         shared = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES
         if shared > target.shared_optin:
@@ -169,7 +179,7 @@ class Mma(BwdDataFamily):
         return None
 
     def layout_values(self, params: MmaParams, layout: Layout) -> dict[str, Any]:
-        return {"a_rmajor": "true" if a_rmajor(layout) else "false"}
+        return {"a_rmajor": "true" if a_rmajor(layout) and not params.transpose else "false"}
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
         return Launch("kf_main", (_tiles(problem, p.block_m, p.block_n), problem.G, math.prod(problem.stride)),
@@ -177,6 +187,8 @@ class Mma(BwdDataFamily):
                       shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
     def launch_plan(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        if p.transpose:
+            return self.transposed_plan(p, problem, target)
         if p.phases is PhaseLaunch.MERGED:
             return super().launch_plan(p, problem, target)
         args = kernel_args(TENSORS, problem)
@@ -186,6 +198,28 @@ class Mma(BwdDataFamily):
                    (args, I32(phase)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
             for phase, positions in enumerate(phase_sizes(problem)) if positions))
 
+    def transposed_plan(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        """grad_output (and a GKCYX weight) copied channels-last, the main kernel on the copies writing a
+        channels-last grad_input into the workspace, and that copied back to NGCHW."""
+        read = channels_last_copy(problem)
+        size = OPERAND_BYTES[problem.dtype]
+        out_spatial, in_spatial = math.prod(problem.output), math.prod(problem.input)
+        taps, rows = problem.filter_volume, problem.G * problem.K
+        copy_weight = not weight_c_innermost(problem.layout)
+        sizes = (problem.N * out_spatial * rows * size, input_positions(problem) * problem.G * problem.C * size)
+        sizes += (rows * taps * problem.C * size,) if copy_weight else ()
+        regions, workspace = copy_regions(sizes)
+        dout, din = regions[0], regions[1]
+        moved = {"out": dout, "in": din} | ({"wei": regions[2]} if copy_weight else {})
+        args = kernel_args(TENSORS, read).replace(**moved)
+        steps = [transpose_launch(Buf("grad_output"), dout, rows, out_spatial, problem.N)]
+        if copy_weight:  # (G*K) x C x taps -> (G*K) x taps x C
+            steps.append(transpose_launch(Buf("weight"), regions[2], problem.C, taps, rows))
+        steps.append(self.main_launch(p, read, target, args))
+        # N x positions x (G*C) -> N x (G*C) x positions: the pass with channels and positions swapped.
+        steps.append(transpose_launch(din, Buf(OUTPUT), in_spatial, problem.G * problem.C, problem.N))
+        return LaunchPlan(tuple(steps), workspace)
+
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         # The terms are in doublings of time: least squares over the 585 mma times of the H100 suite+seed21
         # problems with C*K > 16, each problem's mean taken out.
@@ -193,7 +227,7 @@ class Mma(BwdDataFamily):
         # Chunks narrower than the problem allows: output-gradient chunks count most (vector_a 2 0.48x the
         # time of 1, 4 0.69x of 2, 8 0.80x of 4), weight chunks little (vector_b 0.95x a doubling); 60-112
         # same-params pairs each.
-        widest_a, widest_b = widest_chunks(problem)
+        widest_a, widest_b = widest_chunks(channels_last_copy(problem) if p.transpose else problem)
         chunks = 0.6 * math.log2(p.vector_a / widest_a) + 0.1 * math.log2(p.vector_b / widest_b)
         # A larger tile reuses each staged element over more products: 0.5 a doubling of products per
         # element loaded, counted from one instruction's tile (NHWGC C=K=256 stride 2: 128x128 0.64x the time
@@ -207,7 +241,12 @@ class Mma(BwdDataFamily):
         # The staged store: 0.91x the time of the same point's element stores (geomean of 150 pairs, 0.67-1.06x)
         # on the seven H100 channels-last suite problems it serves (bench/NOTES.md section 49).
         staged = 0.15 if p.store is TileStore.STAGED else 0.0
-        return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + staged
+        # The transposing pass: its best point ran 1.6-2.4x faster than the best element-wise NGCHW point
+        # on the suite's 16-bit NGCHW problems (resnet_s3_s2, resnext101_s3), 1.17x on fp32 (3xTF32 makes
+        # those multiplications the larger part); bench/NOTES.md section 50. Chunks are counted against
+        # the copies' widest, so only this term weighs the copies' reads against the pass's traffic.
+        transposed = (0.2 if problem.dtype is DType.FP32 else 0.9) if p.transpose else 0.0
+        return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + staged + transposed
                 + self.tile_fill(p, problem, target))
 
     def tile_fill(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
@@ -237,6 +276,27 @@ def chunk_refusal(problem: ConvProblem, vector_a: int, vector_b: int) -> str | N
         return (f"chunks of {vector_a} along K and {vector_b} along C need K and C divisible by them "
                 f"(C={problem.C}, K={problem.K})")
     return None
+
+
+TRANSPOSED_DTYPES = (DType.FP16, DType.BF16, DType.FP32)  # grad_input of the tensors' own type
+
+
+def transpose_refusal(p: MmaParams, problem: ConvProblem) -> str | None:
+    """Why the transposing pass cannot serve `problem`, or None."""
+    if cl.channel_innermost(problem.layout):
+        return "the transposing pass serves NGCHW tensors; these are channels-last already"
+    if problem.dtype not in TRANSPOSED_DTYPES:
+        return "the transposing pass copies fp16, bf16 and fp32 tensors (int8 writes an int32 or int8 gradient)"
+    if p.phases is PhaseLaunch.PER_PHASE:
+        return "the transposing pass runs with the merged launch of the stride phases"
+    if max(problem.N, problem.G * problem.K) > GRID_Z_LIMIT:
+        return f"the transposing pass takes one sample (and one weight row) per grid z, at most {GRID_Z_LIMIT}"
+    return None
+
+
+def channels_last_copy(problem: ConvProblem) -> ConvProblem:
+    """The problem the main kernel of a transposing point computes: the same sizes, channels-last."""
+    return dataclasses.replace(problem, layout=Layout.NHWGC)
 
 
 def staged_store_refusal(problem: ConvProblem) -> str | None:

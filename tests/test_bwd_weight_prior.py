@@ -33,3 +33,21 @@ def test_an_idle_tile_costs_a_third_a_halving_below_a_quarter_outside_nhwgc(used
     assert Mfma().idle_tile(used, problem) == 0.0  # measured on the H100 only
     channels_last = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(TWO_CHANNEL_GROUPS, Layout.NHWGC, DType.FP16)
     assert Mma().idle_tile(used, channels_last) == 0.0
+
+
+# Measured on the H100 (seed 71): the pick, dwr l32x8 with 2x2 blocks and split 256, ran 7.7x the best
+# (bench/NOTES.md §52): 121 taps published through shared memory for 4.8 outputs a thread.
+LONG_FILTER_FEW_OUTPUTS = "N=2,G=144,C=1,K=1,input=69x69,filter=11x11,pad=5"
+
+
+def test_lanes_side_by_side_do_not_publish_many_taps_for_a_few_outputs():
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(LONG_FILTER_FEW_OUTPUTS, Layout.NHWGC, DType.BF16)
+    pick = heuristic_pick(problem, target=H100)
+    assert not (pick.family == "dwr" and pick.params.threads_lane > 1), pick.name
+    dwr = solver_for(Op.CONV_BWD_WEIGHT).family("dwr")
+    few = dwr.parse_suffix("l32x8_v1_b2x2_k11x11s1d1_o3_sk256_twostage")
+    many = dwr.parse_suffix("l32x8_v1_b16x4_k11x11s1d1_o1_sk1_direct")
+    assert dwr.publish_cost(few, problem) > 1.0 and dwr.publish_cost(many, problem) == 0.0
+    three = solver_for(Op.CONV_BWD_WEIGHT).parse_problem("N=2,G=144,C=1,K=1,input=69x69,filter=3x3,pad=1",
+                                                         Layout.NHWGC, DType.BF16)
+    assert dwr.publish_cost(dwr.parse_suffix("l32x8_v1_b2x2_k3x3s1d1_o3_sk256_twostage"), three) == 0.0

@@ -142,7 +142,21 @@ class Dwr(Dw):
         # A register cap that fits 3 blocks an SM (min_blocks 3): 0.78x the time of min_blocks 1, geomean of
         # 40 same-params pairs in suite+seed21 (0.48x on NHWGC 5x5 filters).
         occupancy = 0.2 if p.min_blocks > 1 else 0.0
-        return score + 0.5 * math.log2(busy) - self.block_size_cost(p) - 0.3 * halo + occupancy
+        return (score + 0.5 * math.log2(busy) - self.block_size_cost(p) - 0.3 * halo + occupancy
+                - self.publish_cost(p, problem))
+
+    def publish_cost(self, p: DwrParams, problem: ConvProblem) -> float:
+        """Lanes side by side (threads_lane > 1) publish each tap through shared memory with two barriers
+        (dw_reduce.h), so a block pays per tap whatever its threads computed. With many taps and few
+        outputs a thread, that dominates: an 11x11 NHWGC layer (N=2, 69x69) whose l32x8 2x2-block
+        split-256 point sums 4.8 outputs a thread ran 7.7x the best (an l1x256 dwh point); over the
+        suite, seeds 21-71, l32 points with 49 taps or more ran 2.1 doublings over their problem's best dwr
+        below 8 outputs a thread, 1.4 below 32, 0.55 above (taps under 49: 0.4-0.6 whatever the outputs).
+        0.5 a doubling of taps past four per output a thread."""
+        if p.threads_lane == 1:
+            return 0.0
+        outputs = p.work_items(problem) / (p.threads_pos * p.split_k) * p.rows * p.segment
+        return 0.5 * max(0.0, math.log2(p.filter_h * p.filter_w / (4.0 * outputs)))
 
     def block_size_cost(self, p: DwrParams) -> float:
         """About 8 outputs a thread: fewer re-read more input halo per output, more cost registers. The

@@ -270,14 +270,11 @@ __device__ __forceinline__ void store_staged(const Op& op, kf_mma::FragC<typenam
   static_assert(Cfg::SLICES == 1 && Cfg::BN % V == 0, "one pipeline a block, whole vectors a row");
   wait<0>();
   __syncthreads();  // every warp is done reading the pipelines' stages
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-      for (int e = 0; e < kf_mma::C_ELEMS; ++e)
-        tile[(wm + i * kf_mma::M + kf_mma::c_row(kf_mma::c_row_of(e), lane)) * LD + wn + j * kf_mma::N +
-             kf_mma::c_col(kf_mma::c_col_of(e), lane)] = acc[i][j].x[e];
+  for_each_acc<Cfg>(acc, [&](Acc& v, int k) {  // k = (i * FN + j) * C_ELEMS + e: tile (i, j), element e
+    const int i = k / (Cfg::FN * kf_mma::C_ELEMS), j = k / kf_mma::C_ELEMS % Cfg::FN, e = k % kf_mma::C_ELEMS;
+    tile[(wm + i * kf_mma::M + kf_mma::c_row(kf_mma::c_row_of(e), lane)) * LD + wn + j * kf_mma::N +
+         kf_mma::c_col(kf_mma::c_col_of(e), lane)] = v;
+  });
   __syncthreads();
   for (int e = threadIdx.x; e < Cfg::BM * PER_ROW; e += Cfg::THREADS) {
     const int r = e / PER_ROW, c = e % PER_ROW * V;

@@ -181,7 +181,7 @@ struct Chunks {
   // at its own row. `fetch(slot, position, ok)` is the op's a_chunk or b_chunk.
   template <bool R_MAJOR, int V, class Operand, class Fetch>
   __device__ __forceinline__ void load_operand(const Op& op, const Operand& c, kf_mma::Smem<T> s, int r0, int r_end,
-                                               bool shared_ok, const Pos& shared_pos, Fetch fetch) const {
+                                               bool shared_ok, const Pos& shared_pos, Fetch fetch{% if stage_positions is defined and stage_positions %}, const Pos& stage_pos{% endif %}) const {
 #pragma unroll
     for (int i = 0; i < Operand::N; ++i) {
       if (!c.live[i]) continue;
@@ -192,7 +192,13 @@ struct Chunks {
         src = fetch(c.slot[i], shared_pos, ok);
       } else {
         ok = r0 + c.r[i] < r_end;
+{%- if stage_positions is defined and stage_positions %}
+        // Where the op says a stage's rows share a position (stage_shares_pos), a chunk's is the stage's first
+        // row's moved on by its offset (pos_near): no per-chunk pos().
+        src = fetch(c.slot[i], op.stage_shares_pos() ? op.pos_near(stage_pos, c.r[i]) : op.pos(r0 + c.r[i]), ok);
+{%- else %}
         src = fetch(c.slot[i], op.pos(r0 + c.r[i]), ok);
+{%- endif %}
       }
       copy<V * (int)sizeof(T)>(s + c.dst[i], src, ok);
     }
@@ -207,10 +213,18 @@ struct Chunks {
       shared_ok = r0 + row < r_end;
       shared_pos = op.pos(r0 + row);
     }
+{%- if stage_positions is defined and stage_positions %}
+    const Pos stage_pos = op.pos(r0);
+    load_operand<Cfg::A_RMAJOR, Cfg::VA>(op, a, s, r0, r_end, shared_ok, shared_pos,
+                                         [&](const auto& slot, const Pos& p, bool& ok) { return op.a_chunk(slot, p, ok); }, stage_pos);
+    load_operand<Cfg::B_RMAJOR, Cfg::VB>(op, b, sb, r0, r_end, shared_ok, shared_pos,
+                                         [&](const auto& slot, const Pos& p, bool& ok) { return op.b_chunk(slot, p, ok); }, stage_pos);
+{%- else %}
     load_operand<Cfg::A_RMAJOR, Cfg::VA>(op, a, s, r0, r_end, shared_ok, shared_pos,
                                          [&](const auto& slot, const Pos& p, bool& ok) { return op.a_chunk(slot, p, ok); });
     load_operand<Cfg::B_RMAJOR, Cfg::VB>(op, b, sb, r0, r_end, shared_ok, shared_pos,
                                          [&](const auto& slot, const Pos& p, bool& ok) { return op.b_chunk(slot, p, ok); });
+{%- endif %}
   }
 };
 

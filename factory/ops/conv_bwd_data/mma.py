@@ -115,7 +115,7 @@ class MmaParams:
                 "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
                 "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS,
                 "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED,
-                "transpose": self.transpose} | transpose_values()
+                "transpose": self.transpose, "stage_positions": True} | transpose_values()
 
 
 def a_rmajor(layout: Layout) -> bool:

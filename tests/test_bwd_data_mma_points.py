@@ -106,3 +106,15 @@ def test_a_transposing_plan_copies_in_and_back_around_the_main_kernel() -> None:
         assert plan.workspace_bytes == sum(-(-b // 256) * 256 for b in sizes)
         back = plan.steps[-1]
         assert back.args[1].name == "grad_input" and back.grid[2] == problem.N
+
+
+def test_the_prior_weighs_the_transposing_pass_by_what_the_in_place_reads_lack_and_the_size() -> None:
+    from factory.ops.conv_bwd_data.mma import transposed_gain
+
+    def gain(spec: str, dtype: DType = DType.FP16, layout: Layout = Layout.NGCHW) -> float:
+        return transposed_gain(SOLVER.parse_problem(spec, layout, dtype))
+
+    large = "N=32,G=1,C=256,K=256,input=28x28,filter=3x3,stride=2,pad=1"  # element-wise in place, 16 MB
+    assert gain(large) == 0.9 and gain(large, DType.FP32) == 0.2
+    assert gain("N=8,G=5,C=16,K=16,input=10x16,filter=3x3,stride=2,pad=1") == -1.0  # 0.3 MB: the launches weigh
+    assert gain("N=128,G=1,C=368,K=104,input=40x40,filter=1x1") == -0.5  # pointwise: chunked in place already

@@ -241,11 +241,7 @@ class Mma(BwdDataFamily):
         # The staged store: 0.91x the time of the same point's element stores (geomean of 150 pairs, 0.67-1.06x)
         # on the seven H100 channels-last suite problems it serves (bench/NOTES.md section 49).
         staged = 0.15 if p.store is TileStore.STAGED else 0.0
-        # The transposing pass: its best point ran 1.6-2.4x faster than the best element-wise NGCHW point
-        # on the suite's 16-bit NGCHW problems (resnet_s3_s2, resnext101_s3), 1.17x on fp32 (3xTF32 makes
-        # those multiplications the larger part); bench/NOTES.md section 50. Chunks are counted against
-        # the copies' widest, so only this term weighs the copies' reads against the pass's traffic.
-        transposed = (0.2 if problem.dtype is DType.FP32 else 0.9) if p.transpose else 0.0
+        transposed = transposed_gain(problem) if p.transpose else 0.0
         return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + staged + transposed
                 + self.tile_fill(p, problem, target))
 
@@ -292,6 +288,30 @@ def transpose_refusal(p: MmaParams, problem: ConvProblem) -> str | None:
     if max(problem.N, problem.G * problem.K) > GRID_Z_LIMIT:
         return f"the transposing pass takes one sample (and one weight row) per grid z, at most {GRID_Z_LIMIT}"
     return None
+
+
+def transposed_gain(problem: ConvProblem) -> float:
+    """The prior's weight of a transposing point against the NGCHW points that read the tensors in place
+    (chunks are counted against the copies' widest, so this term weighs the copies' chunked reads against
+    the pass's traffic and launches). Best point of each kind, H100, the suite and random seed 13
+    (bench/NOTES.md sections 50 and 54): where grad_output is read element by element in place, the copies
+    ran 1.15-2.4x faster on 16-bit problems of 5.8 MB and more, 1.17x on fp32 (3xTF32's products weigh
+    more), but 0.5-0.69x on problems of 0.3-2.9 MB (three more launches; random seed 83, section 54);
+    where the in-place reads are chunks already (a pointwise layer's positions), 0.58x."""
+    if widest_chunks(problem)[0] > 1:
+        return -0.5
+    if problem_bytes(problem) < TRANSPOSE_PAYS_BYTES:
+        return -1.0
+    return 0.2 if problem.dtype is DType.FP32 else 0.9
+
+
+TRANSPOSE_PAYS_BYTES = 4_000_000  # grad_output and grad_input together
+
+
+def problem_bytes(problem: ConvProblem) -> int:
+    """grad_output's and grad_input's bytes: what the pass copies."""
+    elements = problem.N * problem.G * (math.prod(problem.output) * problem.K + math.prod(problem.input) * problem.C)
+    return elements * OPERAND_BYTES[problem.dtype]
 
 
 def channels_last_copy(problem: ConvProblem) -> ConvProblem:

@@ -16,10 +16,11 @@ from ...problem import ConvProblem, DType, Layout, Scalar
 from ..base import I32, Buf, Launch, LaunchPlan, Memset, Struct
 from ..conv import ConvTensor, cpp_type, epilogue_args, kernel_args
 from ..conv.family import ConvFamily
+from ..conv.transpose import COPY_ALIGN
 from ..conv import layouts as cl
 
 GRID_Y_LIMIT = 65535
-STAGING_ALIGN = 256  # bytes: each workspace region starts where a device allocation would
+STAGING_ALIGN = COPY_ALIGN  # bytes: each workspace region starts where a device allocation would
 # The dtypes of the seed's tables; fp16 computed as fp8 is a variant of the matrix family only.
 TABLE_DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32, DType.INT8)
 ALL_CELLS = frozenset((l, d, n) for l in Layout for d in TABLE_DTYPES for n in (1, 2, 3))

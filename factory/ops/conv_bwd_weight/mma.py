@@ -21,8 +21,8 @@ from ..base import I32, Buf, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
-from ..conv.transpose import transpose_launch, transpose_values
-from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, STAGING_ALIGN, TENSORS, BwdWeightFamily,
+from ..conv.transpose import copy_regions, transpose_launch, transpose_values
+from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, TENSORS, BwdWeightFamily,
                      Reduction, check_split, reduction_length)
 from .split_model import GEMM_SPLITS
 
@@ -197,9 +197,9 @@ class Mma(BwdWeightFamily):
         into the workspace by kf_to_channels_last, one 64 x 64 tile of (channels, positions) a block."""
         if not p.transpose:
             return (), 0
-        regions = _staged_regions(problem, at)
+        regions, end = _staged_regions(problem, at)
         launches = tuple(transpose_launch(Buf(r.tensor), r.copy, r.channels, r.spatial, problem.N) for r in regions)
-        return launches, regions[-1].end - at
+        return launches, end - at
 
     def conv_args(self, p: MmaParams, problem: ConvProblem, dst: str, staging_at: int) -> Struct:
         args = super().conv_args(p, problem, dst, staging_at)
@@ -207,7 +207,7 @@ class Mma(BwdWeightFamily):
             return args
         # The copies' geometry is the NHWGC problem's; the weight keeps the problem's own layout.
         copies = kernel_args(TENSORS, dataclasses.replace(problem, layout=Layout.NHWGC), {OUTPUT: dst})
-        staged_in, staged_out = _staged_regions(problem, staging_at)
+        (staged_in, staged_out), _ = _staged_regions(problem, staging_at)
         moved = {f: v for f, v in copies.fields if f.startswith(("in_", "out_"))}
         return args.replace(**moved, **{"in": staged_in.copy, "out": staged_out.copy})
 
@@ -309,19 +309,18 @@ class StagedRegion:
     channels: int  # G * C or G * K
     spatial: int  # positions per sample
     copy: Buf
-    end: int  # the byte after the region, aligned for the next
 
 
-def _staged_regions(problem: ConvProblem, at: int) -> tuple[StagedRegion, StagedRegion]:
-    """The input's and the output gradient's copies, one after the other from byte `at`."""
+def _staged_regions(problem: ConvProblem, at: int) -> tuple[tuple[StagedRegion, StagedRegion], int]:
+    """The input's and the output gradient's copies, one after the other from byte `at`, and the byte
+    after the last."""
     size = OPERAND_BYTES[problem.dtype]
-    regions, offset = [], at
-    for name, channels, spatial in (("input", problem.G * problem.C, math.prod(problem.input)),
-                                    ("grad_output", problem.G * problem.K, math.prod(problem.output))):
-        end = offset + math.ceil(problem.N * channels * spatial * size / STAGING_ALIGN) * STAGING_ALIGN
-        regions.append(StagedRegion(name, channels, spatial, Buf("workspace", offset), end))
-        offset = end
-    return regions[0], regions[1]
+    shapes = (("input", problem.G * problem.C, math.prod(problem.input)),
+              ("grad_output", problem.G * problem.K, math.prod(problem.output)))
+    copies, end = copy_regions(tuple(problem.N * channels * spatial * size for _, channels, spatial in shapes), at)
+    staged_in, staged_out = (StagedRegion(name, channels, spatial, copy)
+                             for (name, channels, spatial), copy in zip(shapes, copies))
+    return (staged_in, staged_out), end
 
 
 def _gemm_shape(p: MmaParams, problem: ConvProblem) -> tuple[int, int]:

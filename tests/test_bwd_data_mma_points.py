@@ -118,3 +118,12 @@ def test_the_prior_weighs_the_transposing_pass_by_what_the_in_place_reads_lack_a
     assert gain(large) == 0.9 and gain(large, DType.FP32) == 0.2
     assert gain("N=8,G=5,C=16,K=16,input=10x16,filter=3x3,stride=2,pad=1") == -1.0  # 0.3 MB: the launches weigh
     assert gain("N=128,G=1,C=368,K=104,input=40x40,filter=1x1") == -0.5  # pointwise: chunked in place already
+
+
+def test_the_copy_back_refuses_inputs_past_its_grid() -> None:
+    family = SOLVER.family("mma")
+    params = MmaParams(128, 64, 32, 4, 2, 3, 8, 8, PhaseLaunch.MERGED, TileStore.STAGED, transpose=True)
+    long_1d = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4200000,filter=3,pad=1", Layout.NGCHW, DType.FP16)
+    assert "copying grad_input back" in family.why_not_here(params, long_1d, H100)
+    fits = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4194240,filter=3,pad=1", Layout.NGCHW, DType.FP16)
+    assert family.why_not_here(params, fits, H100) is None

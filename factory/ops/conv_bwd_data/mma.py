@@ -21,7 +21,7 @@ from ..base import I32, Buf, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N
 from ..conv import kernel_args
-from ..conv.transpose import copy_regions, transpose_launch, transpose_values
+from ..conv.transpose import TRANSPOSE_TILE, copy_regions, transpose_launch, transpose_values
 from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, result_scalar
 
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
@@ -287,6 +287,9 @@ def transpose_refusal(p: MmaParams, problem: ConvProblem) -> str | None:
         return "the transposing pass runs with the merged launch of the stride phases"
     if max(problem.N, problem.G * problem.K) > GRID_Z_LIMIT:
         return f"the transposing pass takes one sample (and one weight row) per grid z, at most {GRID_Z_LIMIT}"
+    if math.ceil(math.prod(problem.input) / TRANSPOSE_TILE) > GRID_Y_LIMIT:
+        return (f"copying grad_input back takes a block row per {TRANSPOSE_TILE} input positions, at most "
+                f"{GRID_Y_LIMIT * TRANSPOSE_TILE} positions (the input has {math.prod(problem.input)})")
     return None
 
 

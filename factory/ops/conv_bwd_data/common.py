@@ -39,6 +39,12 @@ def vector_score(vector: int) -> float:
     return 0.0 if vector > VECTOR_PAYS else 0.2 * math.log2(vector)
 
 
+def reduction_rows(problem: ConvProblem) -> int:
+    """Products summed into one grad_input element: K output channels times the taps that reach it (the
+    filter over the stride, at least one)."""
+    return problem.K * max(1, problem.filter_volume // math.prod(problem.stride))
+
+
 def input_positions(problem: ConvProblem) -> int:
     """Elements of one channel of the gradient: N times the input positions."""
     return problem.N * math.prod(problem.input)

@@ -24,11 +24,12 @@ from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.shape import CompiledShape, Shape
-from .common import BwdDataFamily, input_positions, vector_score
+from .common import BwdDataFamily, input_positions, reduction_rows, vector_score
 
 ANY_SHAPE = "any"
 BLOCKS_MAX = 2**31 - 1
 MAX_CHANNEL_PRODUCT = 16  # C*K per group above which a GEMM family is the right tool
+SHORT_SUM = 32  # products per grad_input element below which direct gains on a GEMM family (a stage's rows)
 # Memory order of grad_input's axes, innermost first ("s" = the spatial axes, W fastest), per layout.
 ORDERS = {Layout.NHWGC: "cgsn", Layout.NGCHW: "scgn", Layout.NGCHW_GKYXC: "scgn", Layout.GNHWC: "csng"}
 
@@ -99,7 +100,10 @@ class Direct(CompiledShape, BwdDataFamily):
         # Memory bound where few channels meet in a sum (depthwise); a GEMM family beats it elsewhere.
         few = problem.C * problem.K <= MAX_CHANNEL_PRODUCT
         compiled = 0.5 if p.compiled is not None else 0.0
-        return (3.0 if few else 0.0) + compiled + vector_score(p.vector) - abs(p.threads - 256) / 1024
+        # A short sum is a copy's work, where a GEMM tile idles: 0.5 a halving of the sum below 32 products
+        # (H100, seed 83: fp32 NHWGC 1x1 C = K = 8 ran 83 us here, 415 us on the best-scored mma tile).
+        short = 0.0 if few else 0.5 * max(0.0, math.log2(SHORT_SUM / reduction_rows(problem)))
+        return (3.0 if few else 0.0) + compiled + short + vector_score(p.vector) - abs(p.threads - 256) / 1024
 
 
 def channel_lanes(problem: ConvProblem) -> int:

@@ -29,6 +29,7 @@ from .direct import BLOCKS_MAX
 MAX_SUMS = 64
 MAX_WINDOW = 96
 GOOD_OUTPUTS = 8  # grad_input positions per thread that measured fastest (tile_score)
+HELD_VALUES_FREE = 64  # sums and window values a thread holds before the prior counts their registers
 DEPTHWISE_LEVEL = 4.5  # the prior's level of dwr and dws, from which their terms are taken
 # Layouts whose W axis is contiguous when C = 1 (all but NHWGC, where groups are innermost).
 W_CONTIGUOUS = (Layout.NGCHW, Layout.NGCHW_GKYXC, Layout.GNHWC)
@@ -154,12 +155,31 @@ class Dwr(CompiledShape, BwdDataFamily):
             # W contiguous: a warp's threads hold neighbouring tiles of one row, so its loads stride by a
             # tile's width; 0.15 of a doubling a doubling of the run, on top of the tile size.
             score -= 0.15 * math.log2(p.run)
+        else:
+            score -= lane_weight_cost(p)
         # Fewer threads than the GPU holds hide less latency: 0.2 a halving (1-D N=2 G=168: runs of 16
         # with 0.2 of the resident threads ran 1.73x the time of runs of 4 with 0.78). Counted against a
         # thread per position where that is fewer (direct's), so small problems keep their level.
         most = min(target.resident_threads, math.prod(problem.input) * problem.N * problem.G // p.vector)
         fill = _threads_needed(p, problem) / most
         return score + 0.2 * min(0.0, math.log2(fill)) - abs(p.threads - 256) / 1024
+
+
+def lane_weight_cost(p: DwrParams) -> float:
+    """The prior's cost, in doublings of time, of what an NHWGC thread loads and keeps beyond a 1x8 tile.
+
+    Each lane of a warp holds its own groups, so a tap's weight is a load of its own line, made once per
+    tile row the tap serves: a tile narrower than 8 positions pays per weight load it makes per grad_input
+    element (0.4 a doubling). Past 64 sums and window values a thread holds fewer threads fit an SM (0.4 a
+    doubling). H100 seed 83, fp32 12x12 filter: 1x16 tiles of one group ran 46.7 us, 2x4 tiles of 4
+    groups (twice the weight loads of 1x8, 92 values) 300 us. bench/NOTES.md section 55."""
+    (fy, fx), (sh, _), (dh, _) = hw(p.compiled.filter), hw(p.compiled.stride), hw(p.compiled.dilation)
+    th, tw = p.tile()
+    tile_rows_served = sum(1 for r in range(th) for y in range(fy) if (r + (fy - 1 - y) * dh) % sh == 0)
+    weight_loads = tile_rows_served * fx / (th * tw)  # per grad_input element
+    held = th * tw * p.vector + p.window(p.chunk())
+    return (0.4 * max(0.0, math.log2(weight_loads / (fy * fx / sh / GOOD_OUTPUTS)))
+            + 0.4 * max(0.0, math.log2(held / HELD_VALUES_FREE)))
 
 
 def tile_score(p: TileParams, layout: Layout) -> float:

@@ -22,7 +22,7 @@ from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N
 from ..conv import kernel_args
 from ..conv.transpose import TRANSPOSE_TILE, copy_regions, transpose_launch, transpose_values
-from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, result_scalar
+from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, reduction_rows, result_scalar
 
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1, DType.INT8_SAT: 1}
@@ -235,6 +235,10 @@ class Mma(BwdDataFamily):
         reuse = 0.5 * math.log2(products_per_load(p.block_m, p.block_n) / products_per_load(MMA_M, MMA_N))
         # Channels past C are computed and dropped: 0.6 a halving of the share kept.
         used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
+        # Reduction rows past the sum are staged and multiplied by zero: time in proportion to the stages
+        # (a 1x1 K = 8 problem fills a quarter of a 32-row stage).
+        rows = reduction_rows(problem)
+        used_k = rows / (math.ceil(rows / p.block_k) * p.block_k)
         # One launch per stride phase ran 1.30x the merged launch's time (16 same-tile pairs, 13 slower), as
         # bench/NOTES.md section 20 found.
         per_phase = 0.4 if p.phases is PhaseLaunch.PER_PHASE else 0.0
@@ -242,7 +246,7 @@ class Mma(BwdDataFamily):
         # on the seven H100 channels-last suite problems it serves (bench/NOTES.md section 49).
         staged = 0.15 if p.store is TileStore.STAGED else 0.0
         transposed = transposed_gain(problem) if p.transpose else 0.0
-        return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) - per_phase + staged + transposed
+        return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) + math.log2(used_k) - per_phase + staged + transposed
                 + self.tile_fill(p, problem, target))
 
     def tile_fill(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:

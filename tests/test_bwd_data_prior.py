@@ -1,0 +1,58 @@
+"""The backward-data prior where the H100 showed it wrong on fresh problems (bench/NOTES.md §55): a
+depthwise NHWGC thread's per-row weight loads and held values, and short sums left to `direct`."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from factory.device import target_for_device
+from factory.ops import solver_for
+from factory.ops.conv_bwd_data.dwr import lane_weight_cost
+from factory.problem import DType, Layout, Op
+from factory.selector import heuristic_pick
+
+H100 = target_for_device("sm_90", 132)
+SOLVER = solver_for(Op.CONV_BWD_DATA)
+# Seed 83 on the H100: v4 2x4 tiles picked, 300 us; v1 1x16 tiles 46.7 us.
+LONG_FILTER = "N=32,G=264,C=1,K=1,input=14x14,filter=12x12,pad=5"
+# Seed 83 on the H100: an mma tile picked, 415 us; direct 83 us.
+SHORT_SUM = "N=64,G=4,C=8,K=8,input=87x87,filter=1x1"
+
+
+def _problem(spec: str, layout: Layout = Layout.NHWGC, dtype: DType = DType.FP32):
+    return SOLVER.parse_problem(spec, layout, dtype)
+
+
+def _score(problem, suffix: str) -> float:
+    dwr = SOLVER.family("dwr")
+    return SOLVER.heuristic_score("dwr", dwr.parse_suffix(suffix), problem, H100)
+
+
+def test_a_long_filter_takes_wide_tiles_of_one_group_in_nhwgc():
+    problem = _problem(LONG_FILTER)
+    assert _score(problem, "t128_v1_b1x16_k12x12s1x1d1x1") > _score(problem, "t256_v4_b2x4_k12x12s1x1d1x1")
+    pick = heuristic_pick(problem, target=H100)
+    assert pick.family == "dwr" and pick.params.vector < 4, pick.name
+
+
+@pytest.mark.parametrize(("suffix", "cost"), [("t256_v1_b1x8_k3x3s1x1d1x1", 0.0),  # the reference tile
+                                              ("t256_v1_b2x4_k3x3s1x1d1x1", 0.4),  # twice its weight loads
+                                              ("t256_v8_b1x8_k3x3s1x1d1x1", 0.4 * math.log2(144 / 64))])  # 64 sums, 80 window
+def test_weight_loads_and_held_values_past_a_1x8_tile_cost_in_nhwgc(suffix, cost):
+    dwr = SOLVER.family("dwr")
+    assert lane_weight_cost(dwr.parse_suffix(suffix)) == pytest.approx(cost, abs=0.05)
+
+
+def test_the_weight_term_is_nhwgc_only():
+    problem = _problem(LONG_FILTER, Layout.NGCHW)
+    wide, narrow = "t256_v1_b1x16_k12x12s1x1d1x1", "t256_v1_b1x2_k12x12s1x1d1x1"
+    nhwgc = _problem(LONG_FILTER)
+    assert _score(nhwgc, wide) - _score(nhwgc, narrow) > _score(problem, wide) - _score(problem, narrow) + 1.0
+
+
+def test_a_short_sum_goes_to_direct():
+    assert heuristic_pick(_problem(SHORT_SUM), target=H100).family == "direct"
+    # 9 taps make the sum 72 products: the GEMM family keeps it.
+    assert heuristic_pick(_problem("N=64,G=4,C=8,K=8,input=87x87,filter=3x3,pad=1"), target=H100).family == "mma"

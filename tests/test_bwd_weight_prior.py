@@ -51,3 +51,19 @@ def test_lanes_side_by_side_do_not_publish_many_taps_for_a_few_outputs():
     three = solver_for(Op.CONV_BWD_WEIGHT).parse_problem("N=2,G=144,C=1,K=1,input=69x69,filter=3x3,pad=1",
                                                          Layout.NHWGC, DType.BF16)
     assert dwr.publish_cost(dwr.parse_suffix("l32x8_v1_b2x2_k3x3s1d1_o3_sk256_twostage"), three) == 0.0
+
+
+# Measured on the H100 (seed 93, fp16): `dl` picked, 803 us; a transposing wgmma point 215 us, in place
+# 256 us. The output rows (79) take no chunks, so the in-place GEMM reads element by element. On fp32
+# (seed 51, C=256 K=40 25x25) the pass lost: 114 against 59 us in place.
+ODD_ROWS_POINTWISE = "N=64,G=1,C=16,K=80,input=79x79,filter=1x1"
+
+
+@pytest.mark.parametrize(("dtype", "transposes"), [(DType.FP16, True), (DType.FP32, False)])
+def test_a_16_bit_pointwise_layer_with_odd_rows_is_transposed(dtype, transposes):
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(ODD_ROWS_POINTWISE, Layout.NGCHW_GKYXC, dtype)
+    pick = heuristic_pick(problem, target=H100)
+    assert getattr(pick.params, "transpose", False) is transposes, pick.name
+    even = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(ODD_ROWS_POINTWISE.replace("79x79", "80x80"),
+                                                        Layout.NGCHW_GKYXC, dtype)
+    assert not getattr(heuristic_pick(even, target=H100).params, "transpose", False)

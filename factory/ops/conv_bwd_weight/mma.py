@@ -231,8 +231,12 @@ class Mma(BwdWeightFamily):
         deep = 0.1 * math.log2(p.block_k / 32) if p.block_k > 32 else 0.0
         narrow_index = 0.2 * (p.index_bits == 32)
         # Measured on the H100 (NGCHW fp16): the transposing pass wins where filters have taps (grouped
-        # 3x3: 163 vs 285 us, 132 vs 216 us) and loses on 1x1 (80 vs 52 us), whose rows chunk well.
-        staged = (0.4 if problem.filter_volume > 1 else -0.4) if p.transpose else 0.0
+        # 3x3: 163 vs 285 us, 132 vs 216 us) and loses on 1x1 (80 vs 52 us), whose rows chunk well; a 1x1
+        # layer whose odd output rows take no chunks is read element by element in place, where the pass
+        # won on 16-bit data (seed 93: fp16 C=16 K=80 79x79, 215 us against 256 us in place and 803 us on
+        # FMA) and lost on fp32, whose 3xTF32 products weigh more (seed 51: C=256 K=40 25x25, 114 vs 59 us).
+        unchunked = problem.output[-1] % 2 == 1 and OPERAND_BYTES[problem.dtype] == 2
+        staged = (0.4 if problem.filter_volume > 1 or unchunked else -0.4) if p.transpose else 0.0
         return (2.0 + used + wide - deep + narrow_index + staged + self.split_score(p, problem, target)
                 - self.reduction_penalty(p, problem) - self.idle_tile(used, problem))
 

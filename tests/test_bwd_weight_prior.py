@@ -10,7 +10,7 @@ from factory.ops import solver_for
 from factory.ops.conv_bwd_weight.mfma import Mfma
 from factory.ops.conv_bwd_weight.mma import Mma
 from factory.problem import DType, Layout, Op
-from factory.selector import heuristic_pick
+from factory.selector import heuristic_pick, lookup
 
 H100 = target_for_device("sm_90", 132)
 # Measured on the H100 (seed 51): mma picked, `dw` 2.39x faster (bench/NOTES.md §35).
@@ -67,3 +67,18 @@ def test_a_16_bit_pointwise_layer_with_odd_rows_is_transposed(dtype, transposes)
     even = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(ODD_ROWS_POINTWISE.replace("79x79", "80x80"),
                                                         Layout.NGCHW_GKYXC, dtype)
     assert not getattr(heuristic_pick(even, target=H100).params, "transpose", False)
+
+
+# Measured on the H100 (seed 95): wgmma with 8-wide output-gradient chunks picked, 410 us; 2-wide 142 us.
+# C = 153 takes no chunk wider than 1, and with element-wise B the wide A chunks ran slower (25 of 27 pairs).
+ODD_CHANNELS = "N=32,G=1,C=153,K=40,input=65x65,filter=3x3,stride=2,pad=1"
+
+
+def test_wgmma_keeps_narrow_output_gradient_chunks_beside_element_wise_weights():
+    solver = solver_for(Op.CONV_BWD_WEIGHT)
+    problem = solver.parse_problem(ODD_CHANNELS, Layout.GNHWC, DType.FP16)
+    points = {c.name.split("_wgmma_")[1]: c.params for c in lookup(problem, target=H100) if c.family == "wgmma"}
+    wide, narrow = (points[f"b64x64x32_g1x1_sl1_p4_v{a}x1_i32_sk16_atomic"] for a in (8, 2))
+    assert solver.heuristic_score("wgmma", narrow, problem, H100) > solver.heuristic_score("wgmma", wide, problem, H100)
+    pick = heuristic_pick(problem, target=H100)
+    assert not (pick.family in ("mma", "wgmma") and pick.params.vector_a == 8), pick.name

@@ -126,4 +126,7 @@ class Wgmma(Mma):
         # 4 ran 1.28x slower than 1 (92 same-params pairs in suite+seed21), 1.12x slower than 2 (152 pairs).
         # 0.3, not 0.5: on the same tile, vectors and split wgmma ran 1.05x the time of mma (524 channels-last
         # pairs in suite+seed21), though its best beat mma's best on 16 of the 28 problems a GEMM family won.
-        return super().heuristic_score(p, problem, target) + 0.3 - 0.1 * math.log2(p.slices)
+        # Element-wise B (vector_b 1: C has no wider chunk) with wide A chunks: 8 ran 1.33x the time of 2
+        # (27 same-params pairs over eight H100 DBs, 25 slower; bench/NOTES.md 56), against mma's coin toss.
+        narrow_b = 0.3 * math.log2(p.vector_a / 2) if p.vector_b == 1 and p.vector_a > 2 else 0.0
+        return super().heuristic_score(p, problem, target) + 0.3 - 0.1 * math.log2(p.slices) - narrow_b

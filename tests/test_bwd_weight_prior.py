@@ -82,3 +82,14 @@ def test_wgmma_keeps_narrow_output_gradient_chunks_beside_element_wise_weights()
     assert solver.heuristic_score("wgmma", narrow, problem, H100) > solver.heuristic_score("wgmma", wide, problem, H100)
     pick = heuristic_pick(problem, target=H100)
     assert not (pick.family in ("mma", "wgmma") and pick.params.vector_a == 8), pick.name
+
+
+# Measured on the H100 (seed 99): dwr l32x8 v4 1x8 split 64 picked, 126 us, at 13.5 outputs a thread for
+# 51 taps; one lane a thread (l1x256 1x16) 36.6 us.
+LONG_1D_FILTER = "N=8,G=128,C=1,K=1,input=857,filter=51,pad=25"
+
+
+def test_a_long_1d_filter_does_not_publish_its_taps_for_a_few_outputs():
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(LONG_1D_FILTER, Layout.NHWGC, DType.BF16)
+    pick = heuristic_pick(problem, target=H100)
+    assert pick.family == "dwr" and pick.params.threads_lane == 1, pick.name

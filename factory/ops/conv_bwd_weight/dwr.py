@@ -152,11 +152,12 @@ class Dwr(Dw):
         split-256 point sums 4.8 outputs a thread ran 7.7x the best (an l1x256 dwh point); over the
         suite, seeds 21-71, l32 points with 49 taps or more ran 2.1 doublings over their problem's best dwr
         below 8 outputs a thread, 1.4 below 32, 0.55 above (taps under 49: 0.4-0.6 whatever the outputs).
-        0.5 a doubling of taps past four per output a thread."""
+        A doubling a doubling of taps past two per output a thread: past four at half that, a 51-tap 1-D
+        layer (seed 99) at 13.5 outputs a thread paid nothing and ran 3.5x the best (bench/NOTES.md 56)."""
         if p.threads_lane == 1:
             return 0.0
         outputs = p.work_items(problem) / (p.threads_pos * p.split_k) * p.rows * p.segment
-        return 0.5 * max(0.0, math.log2(p.filter_h * p.filter_w / (4.0 * outputs)))
+        return max(0.0, math.log2(p.filter_h * p.filter_w / (2.0 * outputs)))
 
     def block_size_cost(self, p: DwrParams) -> float:
         """About 8 outputs a thread: fewer re-read more input halo per output, more cost registers. The

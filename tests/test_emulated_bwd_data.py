@@ -126,6 +126,14 @@ CASES = [
          lambda p: p.run == 2),
     Case("dws-gnhwc-int8-2d-many-strips", "dws", L.GNHWC, D.INT8, "N=1,G=2,C=1,K=1,input=40x37,filter=3x3,pad=1",
          lambda p: p.threads == 128 and p.rows == 1 and p.run == 1),
+    # dws with several whole planes a block: G not a multiple of the planes, strides, 1-D.
+    Case("dws-ngchw-fp16-2d-planes", "dws", L.NGCHW, D.FP16, "N=2,G=7,C=1,K=1,input=7x6,filter=3x3,pad=1",
+         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2),
+    Case("dws-gnhwc-bf16-2d-s2-planes", "dws", L.GNHWC, D.BF16,
+         "N=3,G=5,C=1,K=1,input=9x11,filter=5x5,stride=2,pad_left=2x1,pad_right=1x2",
+         lambda p: p.planes == 2 and p.rows == 2),
+    Case("dws-gkyxc-fp32-1d-planes", "dws", L.NGCHW_GKYXC, D.FP32, "N=1,G=9,C=1,K=1,input=29,filter=7,pad=3,dilation=2",
+         lambda p: p.planes == 8 and p.run == 4),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),

@@ -48,6 +48,9 @@ PROBLEMS = [
     (L.GNHWC, D.FP16, "N=2,G=16,C=1,K=1,input=4x9x9,filter=3x3x3,pad=1"),
     (L.NHWGC, D.BF16, "N=3,G=32,C=1,K=1,input=30x30,filter=9x9,stride=2,pad=4"),
     (L.NGCHW, D.INT8_SAT, "N=2,G=8,C=1,K=1,input=200,filter=63,pad=31"),
+    # Small planes: dws takes several whole planes a block (G not a multiple of them).
+    (L.NGCHW, D.FP16, "N=2,G=7,C=1,K=1,input=7x6,filter=3x3,pad=1"),
+    (L.GNHWC, D.BF16, "N=3,G=5,C=1,K=1,input=9x11,filter=5x5,stride=2,pad_left=2x1,pad_right=1x2"),
 ]
 
 

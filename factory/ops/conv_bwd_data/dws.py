@@ -6,6 +6,10 @@ A block takes a strip of whole grad_input rows of one (n, g) plane, a thread a `
 memory, coalesced along W and zero-padded, so a tile's taps read their window without bounds checks and
 neighbouring tiles share one copy, where `dwr` loads each tile's window from global memory with a
 bounds check per element. A plane row must fit in one block's threads (tiles per row <= threads).
+
+Small planes leave most of a one-plane block idle; a point with `planes` > 1 takes that many whole
+planes of consecutive groups a block (their tiles together within the block's threads), copied in one
+pass.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import Launch, Struct
+from ..base import Launch, Struct, params_from_suffix
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
 from ..conv.shape import CompiledShape
 from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw, tile_score
@@ -29,8 +33,19 @@ GRID_Z_LIMIT = 65535
 
 @dataclass(frozen=True)
 class DwsParams(TileParams):
+    planes: int = 1  # (n, g) planes a block takes side by side, each whole (1: a strip of one plane)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.planes not in (1, 2, 4, 8, 16):
+            raise ValueError(f"planes {self.planes} must be 1, 2, 4, 8 or 16")
+
     def suffix(self) -> str:
-        return f"t{self.threads}_b{self.rows}x{self.run}_{self.shape}"
+        planes = f"_p{self.planes}" if self.planes > 1 else ""
+        return f"t{self.threads}_b{self.rows}x{self.run}{planes}_{self.shape}"
+
+    def template_values(self) -> dict[str, Any]:
+        return super().template_values() | {"planes": self.planes}
 
 
 @dataclass(frozen=True)
@@ -40,7 +55,8 @@ class Strip:
     tiles_w: int
     tiles_h: int
     strip_rows: int
-    window_values: int
+    window_values: int  # of all the block's planes
+    planes: int = 1
 
     @property
     def strips(self) -> int:
@@ -48,30 +64,31 @@ class Strip:
 
     def busy(self, threads: int) -> float:
         """The share of a block's threads that hold a tile (a plane shorter than a strip leaves rows idle)."""
-        return self.tiles_w * min(self.strip_rows, self.tiles_h) / threads
+        return self.planes * self.tiles_w * min(self.strip_rows, self.tiles_h) / threads
 
 
 def strip_of(p: DwsParams, problem: ConvProblem) -> Strip | None:
-    """The template's strip arithmetic, in Python; None when a plane row has more tiles than threads."""
+    """The template's strip arithmetic, in Python; None when a plane row has more tiles than threads, or
+    (planes > 1) when the block's planes, each whole, have more tiles than threads."""
     shape = p.compiled
     (fh, fw), (sh, sw), (dh, dw) = hw(shape.filter), hw(shape.stride), hw(shape.dilation)
     (ph, pw), (hi, wi) = hw(problem.pad_left), hw(problem.input)
     th, tw = p.tile()
     shift_h, shift_w = _shift(ph, (fh - 1) * dh, sh), _shift(pw, (fw - 1) * dw, sw)
     tiles_w, tiles_h = math.ceil((wi + shift_w) / tw), math.ceil((hi + shift_h) / th)
-    if tiles_w > p.threads:
+    if tiles_w > p.threads or (p.planes > 1 and p.planes * tiles_w * tiles_h > p.threads):
         return None
-    strip_rows = p.threads // tiles_w
+    strip_rows = tiles_h if p.planes > 1 else p.threads // tiles_w
     rows = (strip_rows - 1) * (th // sh) + (th - 1 + (fh - 1) * dh) // sh + 1
     cols = (tiles_w - 1) * (tw // sw) + (tw - 1 + (fw - 1) * dw) // sw + 1
-    return Strip(tiles_w, tiles_h, strip_rows, rows * cols)
+    return Strip(tiles_w, tiles_h, strip_rows, p.planes * rows * cols, p.planes)
 
 
 def _shift(pad: int, reach: int, stride: int) -> int:
     return (stride - (reach - pad) % stride) % stride
 
 
-_SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_(?P<shape>[a-z0-9x]+)")
+_SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_b(?P<rows>\d+)x(?P<run>\d+)(?:_p(?P<planes>\d+))?_(?P<shape>[a-z0-9x]+)")
 
 
 class Dws(CompiledShape, BwdDataFamily):
@@ -85,6 +102,10 @@ class Dws(CompiledShape, BwdDataFamily):
     def supported_cells(self) -> frozenset:
         return CELLS
 
+    def parse_suffix(self, suffix: str) -> DwsParams | None:
+        return params_from_suffix(self.suffix_re, DwsParams, suffix,
+                                  {"shape": str, "planes": lambda v: 1 if v is None else int(v)})
+
     def cell_allows(self, params: DwsParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim and (ndim == 2 or params.rows == 1)
 
@@ -97,8 +118,12 @@ class Dws(CompiledShape, BwdDataFamily):
         if math.prod(p.tile()) > MAX_SUMS:
             return f"{math.prod(p.tile())} sums per thread pass the register budget ({MAX_SUMS})"
         strip = strip_of(p, problem)
+        if strip is None and p.planes > 1:
+            return f"{p.planes} whole planes need more tiles than the block's {p.threads} threads"
         if strip is None:
             return f"a plane row needs more tiles than the block's {p.threads} threads"
+        if p.planes > problem.G:
+            return f"{p.planes} planes a block for G={problem.G} groups"
         if strip.window_values * ACC_BYTES > target.shared_optin:
             return f"the strip's window needs {strip.window_values * ACC_BYTES} bytes of shared memory"
         if problem.G > GRID_Y_LIMIT or problem.N > GRID_Z_LIMIT:
@@ -108,7 +133,7 @@ class Dws(CompiledShape, BwdDataFamily):
     def main_launch(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
         strip = strip_of(p, problem)
         assert strip is not None  # why_not_here refused it otherwise
-        return Launch("kf_main", (strip.strips, problem.G, problem.N), (p.threads, 1, 1), (args,),
+        return Launch("kf_main", (strip.strips, math.ceil(problem.G / p.planes), problem.N), (p.threads, 1, 1), (args,),
                       shared_bytes=strip.window_values * ACC_BYTES)
 
     def heuristic_score(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget) -> float:
@@ -124,6 +149,10 @@ class Dws(CompiledShape, BwdDataFamily):
         # squares over the 137 dws times of suite+seed21; NGCHW 8x8 and 14x14: a tile in a 256-thread block,
         # half as busy, ran 1.57-1.65x the time of the 128-thread block). Only once the grid fills the
         # SMs: with 64 blocks (N=1 G=64) the same halving changed no time (3 pairs, within 3 %).
-        blocks = strip.strips * problem.G * problem.N
+        blocks = strip.strips * math.ceil(problem.G / p.planes) * problem.N
         idle = 0.6 * math.log2(strip.busy(p.threads)) if blocks >= target.processors else 0.0
-        return score + idle - abs(p.threads - 256) / 1024
+        # Several planes a block fill it, but gain less than its busy share says: 0.2 of a doubling back a
+        # doubling of planes (H100, 18 NGCHW layers of 7x7-28x28 planes, bench/NOTES.md 58: the busy term
+        # alone predicted 0.84-1.14 doublings for 8 planes, 0.08-0.77 were measured).
+        planes = 0.2 * math.log2(p.planes)
+        return score + idle - planes - abs(p.threads - 256) / 1024

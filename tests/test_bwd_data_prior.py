@@ -56,4 +56,3 @@ def test_a_short_sum_goes_to_direct():
     assert heuristic_pick(_problem(SHORT_SUM), target=H100).family == "direct"
     # 9 taps make the sum 72 products: the GEMM family keeps it.
     assert heuristic_pick(_problem("N=64,G=4,C=8,K=8,input=87x87,filter=3x3,pad=1"), target=H100).family == "mma"
-

@@ -108,6 +108,19 @@ CASES = [
          lambda p: p.transpose and p.block_n == 64),
     Case("mma-ngchw-bf16-2d-transposed-half-vectors", "mma", L.NGCHW, D.BF16, "N=2,G=1,C=32,K=16,input=6x2,filter=3x3,pad=1",
          lambda p: p.transpose),  # 12 positions: the pass copies 4 elements at a time
+    # wgmma: the same GEMM with warpgroup tiles in swizzled shared memory, output-gradient rows K-major (the
+    # portable product here): K not a multiple of a stage (rows of two taps in one stage), stride phases,
+    # narrow chunks, 3-D with K a multiple of 64 (a stage's rows share their tap), the transposing pass.
+    Case("wgmma-nhwgc-fp16-2d-s2", "wgmma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
+         lambda p: p.vector_a == 8 and p.vector_b == 8 and p.store.value == "element" and p.block_n == 64),
+    Case("wgmma-gnhwc-bf16-3d-staged", "wgmma", L.GNHWC, D.BF16, "N=1,G=2,C=72,K=64,input=5x6x7,filter=3x2x3,stride=2x1x2,pad=1",
+         lambda p: p.store.value == "staged" and p.block_n == 128 and p.block_m == 128),
+    Case("wgmma-nhwgc-bf16-2d-narrow", "wgmma", L.NHWGC, D.BF16, "N=2,G=1,C=10,K=26,input=9x7,filter=3x3,pad=1,dilation=2",
+         lambda p: p.vector_a == 2 and p.vector_b == 2),
+    Case("wgmma-ngchw-fp16-1d-s3-transposed", "wgmma", L.NGCHW, D.FP16, "N=3,G=1,C=16,K=16,input=40,filter=5,stride=3,pad=2,dilation=2",
+         lambda p: p.transpose and p.block_m == 64),
+    Case("wgmma-gkyxc-bf16-2d-transposed-staged", "wgmma", L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=24,K=72,input=7x6,filter=3x3,pad=1",
+         lambda p: p.transpose and p.store.value == "staged"),
     # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
     Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.vector == 4),
@@ -192,7 +205,7 @@ def _fewer_blocks(plan: Any) -> Any:
 
 
 BROKEN = [("mma-nhwgc-bf16-2d-s2", _fewer_phases), ("direct-ngchw-fp32-2d-s2", _fewer_blocks),
-          ("mma-nhwgc-fp16-2d", _fewer_blocks)]
+          ("mma-nhwgc-fp16-2d", _fewer_blocks), ("wgmma-nhwgc-fp16-2d-s2", _fewer_blocks)]
 
 
 @pytest.mark.parametrize("case_id, breakage", BROKEN, ids=lambda v: getattr(v, "__name__", v))

@@ -4,7 +4,8 @@
    C and K, stride 2 and 3, dilation 2, pad 0, asymmetric padding, N=1, depthwise, 1x1 in every layout), through the
    tuner: outputs poisoned, every element checked. One test per (family, problem): `-k mma`.
 2. 100 seeded random problems per family through Kernel.run on PyTorch tensors, each with the instance
-   the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]).
+   the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]);
+   `wgmma` draws fp16 and bf16 problems with C*K >= 256 only.
    The depthwise-only families (`dwr`; `dws` in its W-contiguous 1-D/2-D cells) draw depthwise problems: 1-D filters up to 64 taps, 2-D up to
    13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32."""
 
@@ -14,6 +15,7 @@ import pytest
 
 from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER
+from factory.ops.conv_bwd_data.wgmma import MIN_PRODUCTS as WGMMA_MIN_PRODUCTS
 from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
 from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
 from test_gpu_mma_random import draw
@@ -69,10 +71,16 @@ SEED = 2027
 COUNT = 100
 
 
-def random_problems() -> list:
+def random_problems(dtypes: tuple = (D.FP16, D.BF16, D.FP32), min_products: int = 0) -> list:
+    """COUNT drawn problems; those with C*K under min_products are drawn again."""
     rng = np.random.default_rng(SEED)
-    drawn = (draw(rng, tuple(Layout), (D.FP16, D.BF16, D.FP32)) for _ in range(COUNT))
-    return [parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA) for layout, dtype, spec in drawn]
+    drawn: list = []
+    while len(drawn) < COUNT:
+        layout, dtype, spec = draw(rng, tuple(Layout), dtypes)
+        problem = parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA)
+        if problem.C * problem.K >= min_products:
+            drawn.append(problem)
+    return drawn
 
 
 DEPTHWISE_ONLY = ("dwr", "dws")
@@ -126,6 +134,8 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         drawn = random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (1, 2))
     else:
         drawn = random_depthwise_problems() if family in DEPTHWISE_ONLY else random_problems()
+    if family == "wgmma":  # 16-bit operands, groups of C*K >= 256
+        drawn = random_problems((D.FP16, D.BF16), WGMMA_MIN_PRODUCTS)
     picks, failures = heuristic_picks(family, drawn, target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements

@@ -11,6 +11,7 @@ write an int32 grad_input (int8_sat: the same sums saturated to an int8 grad_inp
   strip's dOut window staged once in shared memory.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h), strided
   problems split by stride phase so no product with a tap that cannot reach an input is computed.
+- `wgmma`: the same GEMM on Hopper's warpgroup MMA (sm_90a), operands read from swizzled shared memory.
 - `mfma`: the same GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts).
 """
 
@@ -32,13 +33,14 @@ from .dws import Dws, DwsParams
 from .mfma import Mfma, MfmaParams
 from .mma import Mma, MmaParams
 from .reference import reference_logical
+from .wgmma import Wgmma, WgmmaParams
 
 
 class ConvBwdData(ConvOp):
     """The `conv_bwd_data` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_DATA
-    family_list = (Direct(), Dwr(), Dws(), Mma(), Mfma())
+    family_list = (Direct(), Dwr(), Dws(), Mma(), Wgmma(), Mfma())
     # Leave-one-out over the H100 suite + seed-21 DB with the fitted prior: neighbours at 3.7-4.9 served
     # at 1.00-1.45x the winner (geomean 1.21), the prior at 1.00-1.16x (1.08); none nearer to measure, so
     # the reach stays well inside that: two doublings of sizes. bench/NOTES.md 28d.
@@ -116,4 +118,4 @@ class ConvBwdData(ConvOp):
 
 SOLVER = ConvBwdData()
 
-__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "DwsParams", "MfmaParams", "MmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwrParams", "DwsParams", "MfmaParams", "MmaParams", "WgmmaParams", "reference_logical"]

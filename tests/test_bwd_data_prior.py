@@ -1,5 +1,6 @@
 """The backward-data prior where the H100 showed it wrong on fresh problems (bench/NOTES.md §55): a
-depthwise NHWGC thread's per-row weight loads and held values, and short sums left to `direct`."""
+depthwise NHWGC thread's per-row weight loads and held values, and short sums left to `direct`; and
+wgmma's occupancy and overlapped stages on the suite's dense rows (§59)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 from factory.device import target_for_device
 from factory.ops import solver_for
 from factory.ops.conv_bwd_data.dwr import lane_weight_cost
+from factory.ops.conv_bwd_data.mma import TileStore
+from factory.ops.conv_bwd_data.wgmma import WgmmaParams
 from factory.problem import DType, Layout, Op
 from factory.selector import heuristic_pick
 
@@ -56,3 +59,25 @@ def test_a_short_sum_goes_to_direct():
     assert heuristic_pick(_problem(SHORT_SUM), target=H100).family == "direct"
     # 9 taps make the sum 72 products: the GEMM family keeps it.
     assert heuristic_pick(_problem("N=64,G=4,C=8,K=8,input=87x87,filter=3x3,pad=1"), target=H100).family == "mma"
+
+
+# The suite's resnet_s3_s2 fp16 NHWGC row on the H100 (bench/NOTES.md §59): wgmma 128x128 tiles 46.0 us,
+# the same two blocks an SM 39.2 us, 192x128 38.9 us; the best, 128x256 over four warpgroups, 34.6 us.
+DENSE_STRIDED = "N=32,G=1,C=256,K=256,input=28x28,filter=3x3,stride=2,pad=1"
+
+
+def _wgmma_score(problem, tile: tuple[int, int, int, int], stages: int, **options) -> float:
+    block_m, block_n, groups_m, groups_n = tile
+    params = WgmmaParams(block_m, block_n, 64, groups_m, groups_n, stages, 8, 8, store=TileStore.STAGED, **options)
+    return SOLVER.heuristic_score("wgmma", params, problem, H100)
+
+
+def test_wgmma_prefers_two_blocks_an_sm_and_the_stage_left_running():
+    problem = _problem(DENSE_STRIDED, dtype=DType.FP16)
+    square, narrow = (128, 128, 2, 1), (128, 64, 2, 1)
+    assert _wgmma_score(problem, square, 3, min_blocks=2) > _wgmma_score(problem, square, 3)
+    assert _wgmma_score(problem, square, 4, overlap=True) > _wgmma_score(problem, square, 4)
+    # Tiles that fit two blocks an SM unbounded gain nothing from the cap (128x64: 1.00x).
+    assert _wgmma_score(problem, narrow, 3, min_blocks=2) == _wgmma_score(problem, narrow, 3)
+    pick = heuristic_pick(problem, target=H100)
+    assert pick.family == "wgmma" and pick.params.block_m != 192, pick.name

@@ -121,6 +121,10 @@ CASES = [
          lambda p: p.transpose and p.block_m == 64),
     Case("wgmma-gkyxc-bf16-2d-transposed-staged", "wgmma", L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=24,K=72,input=7x6,filter=3x3,pad=1",
          lambda p: p.transpose and p.store.value == "staged"),
+    Case("wgmma-nhwgc-fp16-2d-s2-overlap", "wgmma", L.NHWGC, D.FP16, "N=2,G=1,C=64,K=72,input=13x11,filter=3x3,stride=2,pad=1",
+         lambda p: p.overlap and p.stages == 3 and p.min_blocks == 2),
+    Case("wgmma-ngchw-bf16-3d-overlap-transposed", "wgmma", L.NGCHW, D.BF16, "N=1,G=2,C=24,K=64,input=4x5x6,filter=3x3x3,pad=1",
+         lambda p: p.overlap and p.stages == 4 and p.transpose),
     # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
     Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.vector == 4),

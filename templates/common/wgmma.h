@@ -1,4 +1,4 @@
-// The implicit-GEMM engine (igemm.h) on Hopper's warpgroup MMA (wgmma, sm_90a): a configuration to{% set a_k_major = wgmma_a_k_major is defined and wgmma_a_k_major %}
+// The implicit-GEMM engine (igemm.h) on Hopper's warpgroup MMA (wgmma, sm_90a): a configuration to{% set overlap = wgmma_overlap is defined and wgmma_overlap %}{% set a_k_major = wgmma_a_k_major is defined and wgmma_a_k_major %}
 // pass to kf_igemm::run in place of kf_igemm::Config. SLICES pipelines share a block's tile (see run()).
 //
 // Four warps (a warpgroup) issue one wgmma.mma_async m64nNk16 together: 64 rows of A by N columns of
@@ -49,7 +49,8 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-
+{% if overlap %}__device__ __forceinline__ void wait_but_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+{% endif %}
 // D(64 x N) += A(64 x 16) * B(16 x N), both operands MN-major (transposed) in shared memory.
 template <typename T, int N>
 __device__ __forceinline__ void mma_async(kf_mma::FragC<T> (&d)[N / 8], unsigned long long a, unsigned long long b);
@@ -105,7 +106,12 @@ struct Config {
     wn = (group % WGS_N) * WTN;
   }
 
-  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC<T> (&acc)[FM][FN], int wm, int wn) {
+{% if overlap %}  __device__ static __forceinline__ void finish() {
+#if defined(KF_WGMMA)
+    wait_all();
+#endif
+  }
+{% endif %}  __device__ static __forceinline__ void compute(kf_mma::Smem<T> s, kf_mma::FragC<T> (&acc)[FM][FN], int wm, int wn) {
     const int m_group = wm / ROWS * ROWS;
 #if defined(KF_WGMMA)
     constexpr unsigned LEADING = BK * 128, STRIDE = ATOM_BYTES;
@@ -118,8 +124,9 @@ struct Config {
       mma_async<T, WTN>(acc[0], a, b);
     }
     commit();
-    wait_all();
-#elif defined(KF_MMA_SYNC)
+{% if overlap %}    wait_but_one();  // this stage's instructions run on (igemm.h run(): wgmma_overlap)
+{% else %}    wait_all();
+{% endif %}#elif defined(KF_MMA_SYNC)
     static_assert(sizeof(T) == 0, "wgmma instances compile for sm_90a");
 #else
     (void)m_group;

@@ -18,7 +18,7 @@ from ..base import Family
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
 from .common import ALL_CELLS
-from .mma import ACC_BYTES, MAX_TAPS, Mma, PhaseLaunch, TileStore
+from .mma import ACC_BYTES, MAX_TAPS, TAP_BYTES, Mma, PhaseLaunch, TileStore
 
 GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
 GROUP_THREADS = 128
@@ -30,6 +30,7 @@ OPERAND_BYTES = 2
 # 103 (H100) wgmma's best ran 1.5-700x the time of the best other family on every such problem, depthwise
 # ones taking milliseconds of tune time each (bench/NOTES.md section 59).
 MIN_PRODUCTS = 256
+TWO_BLOCKS_NEED_CAP = 128 * 128  # tiles from this size up need __launch_bounds__ for two blocks an SM
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16))
 
 
@@ -46,6 +47,8 @@ class WgmmaParams:
     phases: PhaseLaunch = PhaseLaunch.MERGED
     store: TileStore = TileStore.ELEMENT
     transpose: bool = False  # NGCHW through the transposing pass (as `mma`)
+    overlap: bool = False  # a stage's wgmma left running while the next stage is loaded (loads STAGES - 2 ahead)
+    min_blocks: int = 1  # blocks an SM the compiler must fit (__launch_bounds__), capping registers a thread
 
     def __post_init__(self) -> None:
         if self.block_m != GROUP_ROWS * self.groups_m:
@@ -57,8 +60,10 @@ class WgmmaParams:
         if self.block_k % SWIZZLE_ROW or self.threads % self.block_k:
             raise ValueError(f"block_k {self.block_k} must be a multiple of {SWIZZLE_ROW} dividing the "
                              f"{self.threads} threads")
-        if self.stages < 2:
-            raise ValueError("the pipeline needs at least 2 stages")
+        if self.stages < (3 if self.overlap else 2):
+            raise ValueError("the pipeline needs at least 2 stages, 3 with a stage's wgmma left running")
+        if self.min_blocks not in (1, 2):
+            raise ValueError(f"min_blocks must be 1 or 2, not {self.min_blocks}")
         for v in (self.vector_a, self.vector_b):
             if v not in (1, 2, 4, 8):
                 raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
@@ -79,8 +84,10 @@ class WgmmaParams:
         per_phase = "_pp" if self.phases is PhaseLaunch.PER_PHASE else ""
         transposed = "_tr" if self.transpose else ""
         staged = "_st" if self.store is TileStore.STAGED else ""
+        overlap = "_ov" if self.overlap else ""
+        occupancy = f"_mb{self.min_blocks}" if self.min_blocks > 1 else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_p{self.stages}"
-                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}")
+                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}{overlap}{occupancy}")
 
     def template_values(self) -> dict[str, Any]:
         return {"engine": "wgmma", "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
@@ -88,7 +95,8 @@ class WgmmaParams:
                 "stages": self.stages, "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS,
                 "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED,
                 "transpose": self.transpose, "stage_positions": True,
-                "wgmma_a_k_major": True} | transpose_values()
+                "wgmma_a_k_major": True, "wgmma_overlap": self.overlap,
+                "min_blocks": self.min_blocks} | transpose_values()
 
 
 class Wgmma(Mma):
@@ -114,9 +122,19 @@ class Wgmma(Mma):
         if problem.C * problem.K < MIN_PRODUCTS:
             return (f"C*K = {problem.C * problem.K} per group: a 64-channel wgmma tile would mostly multiply padding "
                     f"(at least {MIN_PRODUCTS})")
+        if p.min_blocks > 1 and target.shared_per_processor is not None:
+            per_block = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES + target.shared_reserved
+            if p.min_blocks * per_block > target.shared_per_processor:
+                return (f"{p.min_blocks} blocks an SM need {p.min_blocks * per_block} bytes of shared memory, over the "
+                        f"{target.shared_per_processor} of {target.arch}")
         return super().why_not_here(p, problem, target)
 
     def heuristic_score(self, p: WgmmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         # mma's terms (tile reuse, chunks, channels and stage rows used, fill, the transposing pass), with the
-        # instruction reading its operands itself.
-        return super().heuristic_score(p, problem, target) + 0.3
+        # instruction reading its operands itself. A stage's wgmma left running: 0.96x the time of the same point
+        # waiting for it (11 same-params pairs on the suite's dense rows, 9 faster). Two blocks an SM where a
+        # block's registers would otherwise allow one (128 x 128 tiles: 146-150 a thread uncapped, 126 capped):
+        # 0.77-0.90x (6 pairs); on 128 x 64 tiles, which fit two blocks anyway, 1.00x (bench/NOTES.md 59).
+        overlap = 0.06 if p.overlap else 0.0
+        occupancy = 0.2 if p.min_blocks > 1 and p.block_m * p.block_n >= TWO_BLOCKS_NEED_CAP else 0.0
+        return super().heuristic_score(p, problem, target) + 0.3 + overlap + occupancy

@@ -62,9 +62,9 @@ def main() -> None:
     except KernelFactoryError as exc:
         fail(str(exc))
     torch.backends.cudnn.benchmark = True
-    candidates = [c for c in lookup(problem) if args.family in (None, c.family)]
+    target = target_for(select(problem, mode=SelectMode.HEURISTIC).backend.device_info())  # this GPU's
+    candidates = [c for c in lookup(problem, target=target) if args.family in (None, c.family)]
     if args.top:
-        target = target_for(select(problem, mode=SelectMode.HEURISTIC).backend.device_info())
         candidates = sorted(candidates, key=lambda c: -solver.heuristic_score(c.family, c.params, problem, target))[:args.top]
     if not candidates:
         fail(f"no {args.family or 'instance'} applies to {problem.key}")

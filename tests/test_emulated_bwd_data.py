@@ -125,6 +125,18 @@ CASES = [
          lambda p: p.overlap and p.stages == 3 and p.min_blocks == 2),
     Case("wgmma-ngchw-bf16-3d-overlap-transposed", "wgmma", L.NGCHW, D.BF16, "N=1,G=2,C=24,K=64,input=4x5x6,filter=3x3x3,pad=1",
          lambda p: p.overlap and p.stages == 4 and p.transpose),
+    # Groups side by side in a block's GEMM (groups_per_tile): G not a multiple of them, stride phases, 3-D,
+    # grad_input channels-last and GNHWC (its groups far apart), the transposing pass; mma and wgmma.
+    Case("mma-nhwgc-fp16-2d-s2-groups-per-tile", "mma", L.NHWGC, D.FP16, "N=2,G=3,C=16,K=24,input=9x7,filter=3x3,stride=2,pad=1",
+         lambda p: p.groups_per_tile == 2 and not p.transpose),
+    Case("mma-gnhwc-bf16-3d-groups-per-tile", "mma", L.GNHWC, D.BF16, "N=1,G=5,C=8,K=8,input=4x5x6,filter=3x2x3,stride=2x1x2,pad=1",
+         lambda p: p.groups_per_tile == 4),
+    Case("mma-ngchw-fp16-1d-s3-groups-per-tile-transposed", "mma", L.NGCHW, D.FP16, "N=3,G=3,C=16,K=16,input=40,filter=5,stride=3,pad=2",
+         lambda p: p.groups_per_tile == 2 and p.transpose),
+    Case("wgmma-nhwgc-bf16-2d-groups-per-tile", "wgmma", L.NHWGC, D.BF16, "N=2,G=6,C=16,K=16,input=9x7,filter=3x3,pad=1",
+         lambda p: p.groups_per_tile == 4 and p.block_n == 64),
+    Case("wgmma-ngchw-fp16-2d-s2-groups-per-tile-transposed", "wgmma", L.NGCHW, D.FP16, "N=2,G=3,C=16,K=32,input=10x9,filter=3x3,stride=2,pad=1",
+         lambda p: p.groups_per_tile == 2 and p.transpose),
     # int8_sat: int32 sums saturated to int8; sums of 300-600 products of [-4, 4] values pass +-127 often.
     Case("direct-nhwgc-int8sat-2d", "direct", L.NHWGC, D.INT8_SAT, "N=1,G=2,C=4,K=64,input=6x5,filter=3x3,pad=1",
          lambda p: p.vector == 4),

@@ -43,6 +43,9 @@ PROBLEMS = [
     (L.NHWGC, D.FP16, "N=2,G=1,C=8,K=8,input=9x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
     (L.NGCHW_GKYXC, D.FP16, "N=1,G=3,C=5,K=7,input=5x6x7,filter=2x2x2,stride=2,pad=0"),
     (L.NHWGC, D.INT8_SAT, "N=2,G=2,C=32,K=64,input=13x11,filter=3x3,stride=2,pad=1"),  # sums past +-127
+    # Small groups side by side in a tile (groups_per_tile): G not a multiple of them, GNHWC's groups apart.
+    (L.NGCHW, D.FP16, "N=2,G=5,C=16,K=16,input=12x10,filter=3x3,stride=2,pad=1"),
+    (L.GNHWC, D.BF16, "N=2,G=7,C=8,K=16,input=5x9x7,filter=3x3x3,pad=1"),
     # Depthwise: the direct family's vectors along groups (NHWGC), long and large filters, 3-D.
     (L.NHWGC, D.FP16, "N=4,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1"),
     (L.NGCHW, D.BF16, "N=2,G=24,C=1,K=1,input=17x17,filter=5x5,stride=2,pad=2"),

@@ -24,6 +24,12 @@ from ..conv import kernel_args
 from ..conv.transpose import TRANSPOSE_TILE, copy_regions, transpose_launch, transpose_values
 from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, reduction_rows, result_scalar
 
+# Groups side by side, measured on the H100 (bench/NOTES.md section 59): the best such point against the best
+# without, C = 8: 0.79x, C = 16: 0.86x and 0.97x, C = 24: 1.11x, C = 32: 1.03-1.18x (five problems). The
+# products off the diagonal outweigh the fuller tile from C = 24 on, so wider groups are refused, and the
+# prior charges 0.3 a doubling of groups (wgmma's best picks at C = 8 and 16 under it).
+MAX_C_SIDE_BY_SIDE = 16
+GROUPS_WASTE = 0.3
 K32_DTYPES = frozenset({DType.INT8, DType.INT8_SAT})  # m16n8k32: block_k a multiple of 32
 OPERAND_BYTES = {DType.FP16: 2, DType.BF16: 2, DType.FP32: 4, DType.INT8: 1, DType.INT8_SAT: 1}
 ACC_BYTES = 4  # an accumulator: fp32, or int32 for int8 operands
@@ -71,6 +77,7 @@ class MmaParams:
     store: TileStore = TileStore.ELEMENT
     transpose: bool = False  # NGCHW: grad_output (and a GKCYX weight) copied channels-last into the
     #                         workspace, the channels-last grad_input copied back (conv/transpose.py)
+    groups_per_tile: int = 1  # groups side by side in a block's GEMM (block-diagonal weight, zeros loaded)
 
     def __post_init__(self) -> None:
         im, in_ = self.instruction_m, self.instruction_n
@@ -84,6 +91,7 @@ class MmaParams:
         for v in (self.vector_a, self.vector_b):
             if v not in (1, 2, 4, 8, 16) or self.block_k % v or self.block_n % v or self.block_m % v:
                 raise ValueError(f"vector width {v} must be 1, 2, 4, 8 or 16 and divide the block tile")
+        check_groups_per_tile(self.groups_per_tile)
 
     @property
     def threads(self) -> int:
@@ -108,14 +116,36 @@ class MmaParams:
         staged = "_st" if self.store is TileStore.STAGED else ""
         transposed = "_tr" if self.transpose else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}_p{self.stages}"
-                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}")
+                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}{groups_suffix(self.groups_per_tile)}")
 
     def template_values(self) -> dict[str, Any]:
         return {"engine": self.engine, "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                 "warps_m": self.warps_m, "warps_n": self.warps_n, "threads": self.threads, "stages": self.stages,
                 "vector_a": self.vector_a, "vector_b": self.vector_b, "max_taps": MAX_TAPS,
                 "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED,
-                "transpose": self.transpose, "stage_positions": True} | transpose_values()
+                "transpose": self.transpose, "stage_positions": True,
+                "groups_per_tile": self.groups_per_tile} | transpose_values()
+
+
+def check_groups_per_tile(groups: int) -> None:
+    if groups not in (1, 2, 4, 8):
+        raise ValueError(f"groups_per_tile must be 1, 2, 4 or 8, not {groups}")
+
+
+def groups_suffix(groups: int) -> str:
+    return f"_gt{groups}" if groups > 1 else ""
+
+
+def groups_refusal(p: Any, problem: ConvProblem) -> str | None:
+    """Why `groups_per_tile` groups side by side do not suit `problem`, or None."""
+    if p.groups_per_tile == 1:
+        return None
+    if problem.G < p.groups_per_tile:
+        return f"G={problem.G}: fewer groups than the {p.groups_per_tile} a tile takes"
+    if problem.C > MAX_C_SIDE_BY_SIDE:
+        return (f"C={problem.C}: groups side by side pay for C <= {MAX_C_SIDE_BY_SIDE} only (the products off the "
+                f"diagonal cost more than the fuller tile gains)")
+    return None
 
 
 def a_rmajor(layout: Layout) -> bool:
@@ -168,6 +198,8 @@ class Mma(BwdDataFamily):
             return "one stride phase: launching per phase is the merged launch"
         if p.transpose and (refusal := transpose_refusal(p, problem)):
             return refusal
+        if refusal := groups_refusal(p, problem):
+            return refusal
         read = channels_last_copy(problem) if p.transpose else problem  # what the main kernel reads
         if refusal := chunk_refusal(read, p.vector_a, p.vector_b):
             return refusal
@@ -182,7 +214,8 @@ class Mma(BwdDataFamily):
         return {"a_rmajor": "true" if a_rmajor(layout) and not params.transpose else "false"}
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
-        return Launch("kf_main", (_tiles(problem, p.block_m, p.block_n), problem.G, math.prod(problem.stride)),
+        return Launch("kf_main", (_tiles(problem, p.block_m, p.block_n, p.groups_per_tile),
+                                  math.ceil(problem.G / p.groups_per_tile), math.prod(problem.stride)),
                       (p.threads, 1, 1), (args,),
                       shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
 
@@ -192,9 +225,10 @@ class Mma(BwdDataFamily):
         if p.phases is PhaseLaunch.MERGED:
             return super().launch_plan(p, problem, target)
         args = kernel_args(TENSORS, problem)
-        tiles_n = math.ceil(problem.C / p.block_n)
+        tiles_n = math.ceil(problem.C * p.groups_per_tile / p.block_n)
+        groups = math.ceil(problem.G / p.groups_per_tile)
         return LaunchPlan(tuple(
-            Launch("kf_main", (math.ceil(positions / p.block_m) * tiles_n, problem.G, 1), (p.threads, 1, 1),
+            Launch("kf_main", (math.ceil(positions / p.block_m) * tiles_n, groups, 1), (p.threads, 1, 1),
                    (args, I32(phase)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
             for phase, positions in enumerate(phase_sizes(problem)) if positions))
 
@@ -233,8 +267,12 @@ class Mma(BwdDataFamily):
         # element loaded, counted from one instruction's tile (NHWGC C=K=256 stride 2: 128x128 0.64x the time
         # of 64x32).
         reuse = 0.5 * math.log2(products_per_load(p.block_m, p.block_n) / products_per_load(MMA_M, MMA_N))
-        # Channels past C are computed and dropped: 0.6 a halving of the share kept.
-        used_n = problem.C / (math.ceil(problem.C / p.block_n) * p.block_n)
+        # Channels past C are computed and dropped: 0.6 a halving of the share kept (columns of all the
+        # block's groups).
+        columns = problem.C * p.groups_per_tile
+        used_n = columns / (math.ceil(columns / p.block_n) * p.block_n)
+        # Groups side by side multiply the off-diagonal weight blocks (zeros) too.
+        off_diagonal = GROUPS_WASTE * math.log2(p.groups_per_tile)
         # Reduction rows past the sum are staged and multiplied by zero: time in proportion to the stages
         # (a 1x1 K = 8 problem fills a quarter of a 32-row stage).
         rows = reduction_rows(problem)
@@ -247,7 +285,7 @@ class Mma(BwdDataFamily):
         staged = 0.15 if p.store is TileStore.STAGED else 0.0
         transposed = transposed_gain(problem) if p.transpose else 0.0
         return (2.0 + many + chunks + reuse + 0.6 * math.log2(used_n) + math.log2(used_k) - per_phase + staged + transposed
-                + self.tile_fill(p, problem, target))
+                - off_diagonal + self.tile_fill(p, problem, target))
 
     def tile_fill(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """Under two blocks an SM, 0.6 a halving: fewer blocks leave SMs idle or without a second block to
@@ -256,7 +294,8 @@ class Mma(BwdDataFamily):
         against the blocks of one instruction tile each where those are fewer, so a small problem is not
         marked down against the other families for a fill no tile reaches."""
         most = min(2 * target.processors, merged_blocks(problem, MMA_M, MMA_N))
-        return 0.6 * min(0.0, math.log2(merged_blocks(problem, p.block_m, p.block_n) / most))
+        blocks = merged_blocks(problem, p.block_m, p.block_n, p.groups_per_tile)
+        return 0.6 * min(0.0, math.log2(blocks / most))
 
 
 def products_per_load(rows: int, cols: int) -> float:
@@ -365,11 +404,13 @@ def _product(per_axis: list[list[int]]) -> list[tuple[int, ...]]:
     return combos
 
 
-def merged_blocks(problem: ConvProblem, block_m: int, block_n: int) -> int:
-    """Blocks of the merged launch of block_m x block_n tiles: the largest phase's tiles, times groups
-    and stride phases."""
-    return _tiles(problem, block_m, block_n) * problem.G * math.prod(problem.stride)
+def merged_blocks(problem: ConvProblem, block_m: int, block_n: int, groups_per_tile: int = 1) -> int:
+    """Blocks of the merged launch of block_m x block_n tiles: the largest phase's tiles, times the
+    blocks of groups and stride phases."""
+    groups = math.ceil(problem.G / groups_per_tile)
+    return _tiles(problem, block_m, block_n, groups_per_tile) * groups * math.prod(problem.stride)
 
 
-def _tiles(problem: ConvProblem, block_m: int, block_n: int) -> int:
-    return math.ceil(phase_positions(problem) / block_m) * math.ceil(problem.C / block_n)
+def _tiles(problem: ConvProblem, block_m: int, block_n: int, groups_per_tile: int = 1) -> int:
+    """A block of groups' position tiles x channel tiles (its GEMM has groups_per_tile x C columns)."""
+    return math.ceil(phase_positions(problem) / block_m) * math.ceil(problem.C * groups_per_tile / block_n)

@@ -18,7 +18,8 @@ from ..base import Family
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
 from .common import ALL_CELLS
-from .mma import ACC_BYTES, MAX_TAPS, TAP_BYTES, Mma, PhaseLaunch, TileStore
+from .mma import (ACC_BYTES, MAX_TAPS, TAP_BYTES, Mma, PhaseLaunch, TileStore, check_groups_per_tile,
+                  groups_suffix)
 
 GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
 GROUP_THREADS = 128
@@ -49,6 +50,7 @@ class WgmmaParams:
     transpose: bool = False  # NGCHW through the transposing pass (as `mma`)
     overlap: bool = False  # a stage's wgmma left running while the next stage is loaded (loads STAGES - 2 ahead)
     min_blocks: int = 1  # blocks an SM the compiler must fit (__launch_bounds__), capping registers a thread
+    groups_per_tile: int = 1  # groups side by side in a block's GEMM (as `mma`)
 
     def __post_init__(self) -> None:
         if self.block_m != GROUP_ROWS * self.groups_m:
@@ -62,6 +64,7 @@ class WgmmaParams:
                              f"{self.threads} threads")
         if self.stages < (3 if self.overlap else 2):
             raise ValueError("the pipeline needs at least 2 stages, 3 with a stage's wgmma left running")
+        check_groups_per_tile(self.groups_per_tile)
         if self.min_blocks not in (1, 2):
             raise ValueError(f"min_blocks must be 1 or 2, not {self.min_blocks}")
         for v in (self.vector_a, self.vector_b):
@@ -87,7 +90,8 @@ class WgmmaParams:
         overlap = "_ov" if self.overlap else ""
         occupancy = f"_mb{self.min_blocks}" if self.min_blocks > 1 else ""
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_g{self.groups_m}x{self.groups_n}_p{self.stages}"
-                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}{overlap}{occupancy}")
+                f"_v{self.vector_a}x{self.vector_b}{per_phase}{transposed}{staged}{overlap}{occupancy}"
+                f"{groups_suffix(self.groups_per_tile)}")
 
     def template_values(self) -> dict[str, Any]:
         return {"engine": "wgmma", "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
@@ -96,7 +100,7 @@ class WgmmaParams:
                 "per_phase": self.phases is PhaseLaunch.PER_PHASE, "staged_store": self.store is TileStore.STAGED,
                 "transpose": self.transpose, "stage_positions": True,
                 "wgmma_a_k_major": True, "wgmma_overlap": self.overlap,
-                "min_blocks": self.min_blocks} | transpose_values()
+                "min_blocks": self.min_blocks, "groups_per_tile": self.groups_per_tile} | transpose_values()
 
 
 class Wgmma(Mma):
@@ -119,9 +123,10 @@ class Wgmma(Mma):
         return Family.why_not_on(self, params, target)
 
     def why_not_here(self, p: WgmmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.C * problem.K < MIN_PRODUCTS:
-            return (f"C*K = {problem.C * problem.K} per group: a 64-channel wgmma tile would mostly multiply padding "
-                    f"(at least {MIN_PRODUCTS})")
+        products = problem.C * problem.K * p.groups_per_tile ** 2  # a block's GEMM: its groups side by side
+        if products < MIN_PRODUCTS:
+            return (f"C*K = {problem.C * problem.K} per group, {p.groups_per_tile} a tile: a 64-channel wgmma tile "
+                    f"would mostly multiply padding (at least {MIN_PRODUCTS})")
         if p.min_blocks > 1 and target.shared_per_processor is not None:
             per_block = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES + target.shared_reserved
             if p.min_blocks * per_block > target.shared_per_processor:

@@ -81,3 +81,17 @@ def test_wgmma_prefers_two_blocks_an_sm_and_the_stage_left_running():
     assert _wgmma_score(problem, narrow, 3, min_blocks=2) == _wgmma_score(problem, narrow, 3)
     pick = heuristic_pick(problem, target=H100)
     assert pick.family == "wgmma" and pick.params.block_m != 192, pick.name
+
+
+# Small NGCHW problems (under 4 MB) on the H100 (bench/NOTES.md §59): seed 107's 3-D layer summing 6480
+# products an element ran 84.9 us through the transposing pass and 182.8 us in place (picked); seed 103's
+# 3x3 layer summing 144 ran 1.46x slower through it.
+LONG_SUM_SMALL = "N=1,G=1,C=16,K=240,input=6x17x17,filter=3x3x3,pad=1"
+SHORT_SUM_SMALL = "N=8,G=10,C=16,K=16,input=10x10,filter=3x3,pad=1"
+
+
+@pytest.mark.parametrize(("spec", "transposed"), [(LONG_SUM_SMALL, True), (SHORT_SUM_SMALL, False)])
+def test_small_ngchw_problems_take_the_transposing_pass_only_for_long_sums(spec: str, transposed: bool):
+    problem = _problem(spec, Layout.NGCHW, DType.FP16)
+    pick = heuristic_pick(problem, target=H100)
+    assert pick.family in ("mma", "wgmma") and pick.params.transpose is transposed, pick.name

@@ -342,16 +342,20 @@ def transposed_gain(problem: ConvProblem) -> float:
     the pass's traffic and launches). Best point of each kind, H100, the suite and random seed 13
     (bench/NOTES.md sections 50 and 54): where grad_output is read element by element in place, the copies
     ran 1.15-2.4x faster on 16-bit problems of 5.8 MB and more, 1.17x on fp32 (3xTF32's products weigh
-    more), but 0.5-0.69x on problems of 0.3-2.9 MB (three more launches; random seed 83, section 54);
-    where the in-place reads are chunks already (a pointwise layer's positions), 0.58x."""
+    more), but 0.5-0.69x on problems of 0.3-2.9 MB (three more launches; random seed 83, section 54)
+    unless each grad_input element sums many products: on the small problems of eight DBs the copies ran
+    1.28-2.0x slower with 32-216 reduction rows and 0.46-0.86x faster with 432-6480 (section 59), the
+    in-place element reads being paid per product; where the in-place reads are chunks already (a
+    pointwise layer's positions), 0.58x."""
     if widest_chunks(problem)[0] > 1:
         return -0.5
-    if problem_bytes(problem) < TRANSPOSE_PAYS_BYTES:
+    if problem_bytes(problem) < TRANSPOSE_PAYS_BYTES and reduction_rows(problem) < TRANSPOSE_PAYS_ROWS:
         return -1.0
     return 0.2 if problem.dtype is DType.FP32 else 0.9
 
 
 TRANSPOSE_PAYS_BYTES = 4_000_000  # grad_output and grad_input together
+TRANSPOSE_PAYS_ROWS = 384  # products a grad_input element sums past which the copies pay on small problems
 
 
 def problem_bytes(problem: ConvProblem) -> int:

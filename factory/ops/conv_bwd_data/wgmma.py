@@ -25,6 +25,7 @@ GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
 GROUP_THREADS = 128
 SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzle row: the K-major output-gradient rows hold whole ones
 MAX_N = 256  # the widest wgmma
+SWIZZLE_UNIT = 8  # 16-bit elements in a 16-byte unit of the swizzled tiles
 ATOM_BYTES = 1024  # a swizzle atom; the pipeline's base is aligned to it
 OPERAND_BYTES = 2
 # Groups whose GEMM is smaller than this (C*K) are left to `mma` and the memory-bound families: on random seed
@@ -140,6 +141,10 @@ class Wgmma(Mma):
         # waiting for it (11 same-params pairs on the suite's dense rows, 9 faster). Two blocks an SM where a
         # block's registers would otherwise allow one (128 x 128 tiles: 146-150 a thread uncapped, 126 capped):
         # 0.77-0.90x (6 pairs); on 128 x 64 tiles, which fit two blocks anyway, 1.00x (bench/NOTES.md 59).
+        # Output-gradient chunks under 16 bytes: the best wgmma point with 1- or 2-element chunks ran 1.0-13.6x
+        # the time of mma's with the same chunks (typically 2x; 60 problems of five H100 DBs, section 59),
+        # where 8-element chunks ran 0.75-1.6x: each element is a separate store into the swizzled tile.
+        narrow_a = 1.0 if p.vector_a < SWIZZLE_UNIT else 0.0
         overlap = 0.06 if p.overlap else 0.0
         occupancy = 0.2 if p.min_blocks > 1 and p.block_m * p.block_n >= TWO_BLOCKS_NEED_CAP else 0.0
-        return super().heuristic_score(p, problem, target) + 0.3 + overlap + occupancy
+        return super().heuristic_score(p, problem, target) + 0.3 - narrow_a + overlap + occupancy

@@ -48,6 +48,17 @@ MFMA_TILE = 16
 BF16_K16_MISSING = frozenset({"gfx908"})
 
 
+class WgmmaRules:
+    """What the conv ops' wgmma families (subclasses of their `mma` family) share: they need Hopper's
+    warpgroup MMA (sm_90a), not mma.sync. Listed before the `mma` family among the bases."""
+
+    def needs(self, params: Any) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.WGMMA})
+
+    def why_not_on(self, params: Any, target: DeviceTarget) -> str | None:
+        return Family.why_not_on(self, params, target)  # type: ignore[arg-type]  # the generic check of needs()
+
+
 class MfmaRules:
     """What the conv ops' MFMA families (subclasses of their `mma` family) share: they need AMD's matrix
     cores, not mma.sync, and bf16 needs gfx90a or newer. Listed before the `mma` family among the bases."""

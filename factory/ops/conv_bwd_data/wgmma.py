@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
-from ..base import Family
+from ..conv.family import WgmmaRules
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
 from .common import ALL_CELLS
@@ -104,7 +104,7 @@ class WgmmaParams:
                 "min_blocks": self.min_blocks, "groups_per_tile": self.groups_per_tile} | transpose_values()
 
 
-class Wgmma(Mma):
+class Wgmma(WgmmaRules, Mma):
     name = "wgmma"
     params_type = WgmmaParams
     description = ("implicit GEMM on Hopper warpgroup MMA (wgmma, sm_90a): fp16/bf16, channels-last or through the "
@@ -116,12 +116,6 @@ class Wgmma(Mma):
     def cell_allows(self, params: WgmmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         # Output-gradient tiles are K-major: channels-last tensors, or NGCHW ones through the transposing pass.
         return cl.channel_innermost(layout) or params.transpose
-
-    def needs(self, params: WgmmaParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.WGMMA})
-
-    def why_not_on(self, params: WgmmaParams, target: DeviceTarget) -> str | None:
-        return Family.why_not_on(self, params, target)
 
     def why_not_here(self, p: WgmmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         products = problem.C * problem.K * p.groups_per_tile ** 2  # a block's GEMM: its groups side by side

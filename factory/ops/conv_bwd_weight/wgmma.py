@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
-from ..base import Family
+from ..conv.family import WgmmaRules
 from ..conv import layouts as cl
 from .common import ALL_CELLS, Reduction, check_split
 from .mma import Mma, gemm_template_values, staging_fits_layout
@@ -102,7 +102,7 @@ class WgmmaParams:
                 "slices": self.slices}
 
 
-class Wgmma(Mma):
+class Wgmma(WgmmaRules, Mma):
     name = "wgmma"
     params_type = WgmmaParams
     description = ("implicit GEMM on Hopper warpgroup MMA (wgmma, sm_90a): fp16/bf16, channels-last or through the "
@@ -114,12 +114,6 @@ class Wgmma(Mma):
     def cell_allows(self, params: WgmmaParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         # Tiles are r-major: channels-last tensors, or NGCHW ones through the transposing pass.
         return staging_fits_layout(params, layout) and (cl.channel_innermost(layout) or params.transpose)
-
-    def needs(self, params: WgmmaParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.WGMMA})
-
-    def why_not_on(self, params: WgmmaParams, target: DeviceTarget) -> str | None:
-        return Family.why_not_on(self, params, target)
 
     def heuristic_score(self, p: WgmmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         # Preferred to mma.sync where both apply: the instruction reads its operands itself. Fewer slices:

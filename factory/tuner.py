@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import enum
 import functools
+import math
 import os
 import re
 import statistics
@@ -58,6 +59,12 @@ CLEARLY_SLOWER = 1.5  # fastest rep over the best median so far: not worth more 
 # rep is noisier than a round's fastest, hence the wider margin. Most of a large tune's candidates
 # end here, which is where its timing time went (warm-up and a first round each).
 PROBE_SLOWER = 2.0
+# A rep's flushes keep the GPU busy while the host enqueues the plan; when the host takes longer (a
+# plan of several launches, the host shared with the compile workers) the GPU waits inside the events
+# and the rep times the host. Reps whose median enqueue outlasted their flushes run again behind
+# HOST_MARGIN x as much flushing (bench/timing.py's CudaTimer does the same), at most MAX_FLUSHES.
+HOST_MARGIN = 1.5
+MAX_FLUSHES = 16
 
 
 class Isolation(enum.Enum):
@@ -197,6 +204,24 @@ class DeviceTensors:
                 backend.copy_to_device(ptr, host[spec.name].tobytes())
         self.flush = self._alloc(L2_FLUSH_BYTES)
         self.workspace_bytes = 0
+        self._flush_us: float | None = None
+
+    def flush_us(self) -> float:
+        """GPU µs of one flush (measured once): how long the host may take to enqueue a rep unseen."""
+        if self._flush_us is None:
+            events = [(self.backend.event_create(), self.backend.event_create()) for _ in range(3)]
+            try:
+                for start, end in events:
+                    self.backend.event_record(start)
+                    self.backend.memset_async(self.flush, 0, L2_FLUSH_BYTES)
+                    self.backend.event_record(end)
+                self.backend.synchronize()
+                self._flush_us = statistics.median(self.backend.event_elapsed_ms(s, e) * 1000.0 for s, e in events)
+            finally:
+                for start, end in events:
+                    self.backend.event_destroy(start)
+                    self.backend.event_destroy(end)
+        return self._flush_us
 
     def _alloc(self, nbytes: int) -> int:
         ptr = self.backend.alloc(nbytes)
@@ -233,8 +258,9 @@ def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, 
     measured so far in this tune; before any of that, a single probe rep PROBE_SLOWER than `best_us`
     ends the candidate (its one sample is returned).
     """
+    flushes = 1
     if settings.adaptive and best_us is not None:
-        probe = _timed_reps(backend, prepared, tensors, 1)
+        probe, flushes = _covered_reps(backend, prepared, tensors, 1, flushes)
         if probe[0] > PROBE_SLOWER * best_us:
             return probe
     for _ in range(settings.warmup):
@@ -244,7 +270,8 @@ def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, 
     settled: float | None = None
     while len(samples) < settings.reps:
         count = min(ROUND_REPS, settings.reps - len(samples)) if settings.adaptive else settings.reps
-        samples += _timed_reps(backend, prepared, tensors, count)
+        taken, flushes = _covered_reps(backend, prepared, tensors, count, flushes)
+        samples += taken
         if not settings.adaptive:
             break
         if best_us is not None and min(samples) > CLEARLY_SLOWER * best_us:
@@ -256,17 +283,35 @@ def time_plan(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, 
     return samples
 
 
-def _timed_reps(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, count: int) -> list[float]:
+def _covered_reps(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, count: int,
+                  flushes: int) -> tuple[list[float], int]:
+    """`count` timed reps behind `flushes` flushes each, taken again behind more when their median
+    enqueue outlasted those flushes; the samples and the flushes the next reps start from."""
+    samples, enqueue_us = _timed_reps(backend, prepared, tensors, count, flushes)
+    host = statistics.median(enqueue_us)
+    if host > flushes * tensors.flush_us() and flushes < MAX_FLUSHES:
+        flushes = min(MAX_FLUSHES, max(flushes + 1, math.ceil(HOST_MARGIN * host / tensors.flush_us())))
+        samples, _ = _timed_reps(backend, prepared, tensors, count, flushes)
+    return samples, flushes
+
+
+def _timed_reps(backend: Backend, prepared: PreparedPlan, tensors: DeviceTensors, count: int,
+                flushes: int = 1) -> tuple[list[float], list[float]]:
+    """GPU µs of each rep, and the host's µs enqueueing it (from its start event to its end event)."""
     starts = [backend.event_create() for _ in range(count)]
     ends = [backend.event_create() for _ in range(count)]
+    enqueue_us: list[float] = []
     try:
         for start, end in zip(starts, ends):
-            backend.memset_async(tensors.flush, 0, L2_FLUSH_BYTES)
+            for _ in range(flushes):
+                backend.memset_async(tensors.flush, 0, L2_FLUSH_BYTES)
+            began = time.perf_counter()
             backend.event_record(start)
             prepared.enqueue()
             backend.event_record(end)
+            enqueue_us.append((time.perf_counter() - began) * 1e6)
         backend.synchronize()
-        return [backend.event_elapsed_ms(s, e) * 1000.0 for s, e in zip(starts, ends)]
+        return [backend.event_elapsed_ms(s, e) * 1000.0 for s, e in zip(starts, ends)], enqueue_us
     finally:
         for ev in starts + ends:
             backend.event_destroy(ev)

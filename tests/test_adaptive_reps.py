@@ -4,12 +4,15 @@ the best; `reps` stays the most it takes."""
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
 import pytest
 
-from factory.tuner import CLEARLY_SLOWER, MIN_STABLE_REPS, PROBE_SLOWER, ROUND_REPS, TuneSettings, _iqr, time_plan
+from factory.tuner import (CLEARLY_SLOWER, HOST_MARGIN, MIN_STABLE_REPS, PROBE_SLOWER, ROUND_REPS, TuneSettings, _iqr,
+                           time_plan)
 
 
 @dataclass
@@ -48,6 +51,9 @@ class Plan:
 
 class Tensors:
     flush = 0
+
+    def flush_us(self) -> float:
+        return 85.0  # an H100's 256 MiB flush
 
 
 def reps_taken(times: list[float], settings: TuneSettings, best_us: float | None = None) -> list[float]:
@@ -98,3 +104,43 @@ def test_the_first_candidate_and_a_tune_without_adaptive_take_no_probe():
 @pytest.mark.parametrize("reps", [1, 3, 7, 25])
 def test_without_adaptive_every_rep_is_taken(reps):
     assert len(reps_taken([10.0] * 100, TuneSettings(reps=reps, warmup=0, adaptive=False))) == reps
+
+
+@dataclass
+class CountingTimeline(Timeline):
+    """A Timeline that counts the flushes enqueued before each rep's start event."""
+
+    flushes: list[int] | None = None
+    pending: int = 0
+
+    def memset_async(self, *_: object) -> None:
+        self.pending += 1
+
+    def event_record(self, event: int, stream: int = 0) -> None:
+        if event % 2 == 1 and self.flushes is not None:  # starts are created first: odd ids in a round of one
+            self.flushes.append(self.pending)
+        self.pending = 0
+
+
+class SlowPlan:
+    """A plan whose enqueue takes the host `seconds`, longer than one flush keeps the GPU busy."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def enqueue(self) -> None:
+        time.sleep(self.seconds)
+
+
+def test_reps_whose_enqueue_outlasts_their_flush_run_again_behind_more_flushes():
+    # The first rep's 400 us is the host's enqueue showing through; behind enough flushes the kernel's 10 us.
+    timeline = CountingTimeline(iter([400.0, 10.0, 10.0]), flushes=[])
+    samples = time_plan(timeline, SlowPlan(0.0005), Tensors(), TuneSettings(reps=1, warmup=0, adaptive=False))
+    assert samples == [10.0]
+    assert timeline.flushes[0] == 1 and timeline.flushes[1] >= math.ceil(HOST_MARGIN * 500 / 85.0)
+
+
+def test_reps_enqueued_within_their_flush_are_taken_once():
+    timeline = CountingTimeline(iter([10.0, 99.0]), flushes=[])
+    assert time_plan(timeline, Plan(), Tensors(), TuneSettings(reps=1, warmup=0, adaptive=False)) == [10.0]
+    assert timeline.flushes == [1]

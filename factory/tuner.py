@@ -67,6 +67,11 @@ HOST_MARGIN = 1.5
 MAX_FLUSHES = 16
 
 
+def flushes_to_cover(host_us: float, flush_us: float) -> int:
+    """Flushes before a rep that keep the GPU busy while the host takes `host_us` to enqueue it."""
+    return max(1, math.ceil(HOST_MARGIN * host_us / flush_us))
+
+
 class Isolation(enum.Enum):
     """Where candidates are verified and timed."""
 
@@ -290,7 +295,7 @@ def _covered_reps(backend: Backend, prepared: PreparedPlan, tensors: DeviceTenso
     samples, enqueue_us = _timed_reps(backend, prepared, tensors, count, flushes)
     host = statistics.median(enqueue_us)
     if host > flushes * tensors.flush_us() and flushes < MAX_FLUSHES:
-        flushes = min(MAX_FLUSHES, max(flushes + 1, math.ceil(HOST_MARGIN * host / tensors.flush_us())))
+        flushes = min(MAX_FLUSHES, max(flushes + 1, flushes_to_cover(host, tensors.flush_us())))
         samples, _ = _timed_reps(backend, prepared, tensors, count, flushes)
     return samples, flushes
 

@@ -11,17 +11,15 @@ host's enqueue time is reported beside the GPU time (`Timing.host_us`).
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..tuner import L2_FLUSH_BYTES
+from ..tuner import L2_FLUSH_BYTES, flushes_to_cover
 from .model import Timing
 
 MIN_REPS = 30  # below this a run is a smoke test; the report says so
-HOST_MARGIN = 1.5  # the flushes before a rep outlast the call's enqueue by this factor
 
 
 @dataclass(frozen=True)
@@ -93,4 +91,4 @@ class CudaTimer:
 
     def flushes_for(self, host_us: float) -> int:
         """Flushes per rep that keep the GPU busy while the host enqueues a call taking `host_us`."""
-        return max(1, math.ceil(HOST_MARGIN * host_us / self.flush_us))
+        return flushes_to_cover(host_us, self.flush_us)

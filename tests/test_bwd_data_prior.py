@@ -105,3 +105,22 @@ ODD_CHANNELS = "N=128,G=1,C=348,K=281,input=40x40,filter=1x1,stride=2"
 def test_element_sized_output_gradient_chunks_go_to_mma_not_wgmma():
     pick = heuristic_pick(_problem(ODD_CHANNELS, dtype=DType.FP16), target=H100)
     assert pick.family == "mma", pick.name
+
+
+# dwp on the H100 (bench/NOTES.md 62): whole planes copied 16 bytes at a time won every NGCHW layer of small
+# planes (the suite's 14x14 G=512 row: 24.0 us against dwr's 35.8); a 1-D layer of 64 planes, whose
+# four-plane blocks fill 16 SMs, ran 14.6 us on dwp and 6.1 on dwr (random seed 109).
+SMALL_PLANES = "N=64,G=512,C=1,K=1,input=14x14,filter=3x3,pad=1"
+FEW_PLANES = "N=2,G=32,C=1,K=1,input=5124,filter=17,stride=2,pad=8"
+
+
+def test_small_planes_go_to_dwp_and_a_grid_short_of_the_sms_does_not():
+    assert heuristic_pick(_problem(SMALL_PLANES, Layout.NGCHW, DType.FP16), target=H100).family == "dwp"
+    assert heuristic_pick(_problem(FEW_PLANES, Layout.NGCHW, DType.BF16), target=H100).family != "dwp"
+
+
+def test_dwp_prefers_a_grid_that_fills_the_sms():
+    problem = _problem(FEW_PLANES, Layout.NGCHW, DType.BF16)
+    dwp = SOLVER.family("dwp")
+    four, eight = (dwp.parse_suffix(f"t256_b1x8_p{p}_k17s2d1") for p in (4, 8))
+    assert SOLVER.heuristic_score("dwp", four, problem, H100) > SOLVER.heuristic_score("dwp", eight, problem, H100) + 0.5

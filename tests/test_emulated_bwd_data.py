@@ -163,6 +163,19 @@ CASES = [
          lambda p: p.planes == 2 and p.rows == 2),
     Case("dws-gkyxc-fp32-1d-planes", "dws", L.NGCHW_GKYXC, D.FP32, "N=1,G=9,C=1,K=1,input=29,filter=7,pad=3,dilation=2",
          lambda p: p.planes == 8 and p.run == 4),
+    # dwp: runs of whole planes copied 16 bytes at a time; the last block's shorter run takes the element-wise
+    # copies (N x G not a multiple of the planes), planes of GNHWC's images, strides, dilation, 1-D, int8.
+    Case("dwp-ngchw-fp16-2d-tail", "dwp", L.NGCHW, D.FP16, "N=2,G=7,C=1,K=1,input=7x6,filter=3x3,pad=1",
+         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128),
+    Case("dwp-gnhwc-bf16-2d-s2-asym", "dwp", L.GNHWC, D.BF16,
+         "N=3,G=5,C=1,K=1,input=9x11,filter=5x5,stride=2,pad_left=2x1,pad_right=1x2",
+         lambda p: p.planes == 8 and p.rows == 2 and p.run == 2 and p.threads == 128),
+    Case("dwp-gkyxc-fp32-1d-d2", "dwp", L.NGCHW_GKYXC, D.FP32, "N=1,G=9,C=1,K=1,input=29,filter=7,pad=3,dilation=2",
+         lambda p: p.planes == 8 and p.run == 4),
+    Case("dwp-ngchw-int8sat-2d-tiles-in-turn", "dwp", L.NGCHW, D.INT8_SAT, "N=2,G=3,C=1,K=1,input=13x10,filter=3x3,pad=1",
+         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128),
+    Case("dwp-gnhwc-int8-1d-s3", "dwp", L.GNHWC, D.INT8, "N=4,G=2,C=1,K=1,input=50,filter=4,stride=3,pad=2",
+         lambda p: p.planes == 8 and p.run == 2 and p.threads == 128),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),
@@ -221,7 +234,8 @@ def _fewer_blocks(plan: Any) -> Any:
 
 
 BROKEN = [("mma-nhwgc-bf16-2d-s2", _fewer_phases), ("direct-ngchw-fp32-2d-s2", _fewer_blocks),
-          ("mma-nhwgc-fp16-2d", _fewer_blocks), ("wgmma-nhwgc-fp16-2d-s2", _fewer_blocks)]
+          ("mma-nhwgc-fp16-2d", _fewer_blocks), ("wgmma-nhwgc-fp16-2d-s2", _fewer_blocks),
+          ("dwp-ngchw-fp16-2d-tail", _fewer_blocks)]
 
 
 @pytest.mark.parametrize("case_id, breakage", BROKEN, ids=lambda v: getattr(v, "__name__", v))

@@ -6,7 +6,7 @@
 2. 100 seeded random problems per family through Kernel.run on PyTorch tensors, each with the instance
    the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]);
    `wgmma` draws fp16 and bf16 problems with C*K >= 256 only.
-   The depthwise-only families (`dwr`; `dws` in its W-contiguous 1-D/2-D cells) draw depthwise problems: 1-D filters up to 64 taps, 2-D up to
+   The depthwise-only families (`dwr`; `dws` and `dwp` in their W-contiguous 1-D/2-D cells) draw depthwise problems: 1-D filters up to 64 taps, 2-D up to
    13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32."""
 
 
@@ -53,9 +53,11 @@ PROBLEMS = [
     (L.GNHWC, D.FP16, "N=2,G=16,C=1,K=1,input=4x9x9,filter=3x3x3,pad=1"),
     (L.NHWGC, D.BF16, "N=3,G=32,C=1,K=1,input=30x30,filter=9x9,stride=2,pad=4"),
     (L.NGCHW, D.INT8_SAT, "N=2,G=8,C=1,K=1,input=200,filter=63,pad=31"),
-    # Small planes: dws takes several whole planes a block (G not a multiple of them).
+    # Small planes: dws and dwp take several whole planes a block (G not a multiple of them).
     (L.NGCHW, D.FP16, "N=2,G=7,C=1,K=1,input=7x6,filter=3x3,pad=1"),
     (L.GNHWC, D.BF16, "N=3,G=5,C=1,K=1,input=9x11,filter=5x5,stride=2,pad_left=2x1,pad_right=1x2"),
+    (L.NGCHW, D.FP32, "N=3,G=37,C=1,K=1,input=14x14,filter=3x3,pad=1"),
+    (L.NGCHW_GKYXC, D.INT8, "N=5,G=9,C=1,K=1,input=13x7,filter=7x7,pad=3"),
 ]
 
 
@@ -86,7 +88,8 @@ def random_problems(dtypes: tuple = (D.FP16, D.BF16, D.FP32), min_products: int 
     return drawn
 
 
-DEPTHWISE_ONLY = ("dwr", "dws")
+DEPTHWISE_ONLY = ("dwr", "dws", "dwp")
+DWP_MIN_PLANES = 4  # the fewest planes a dwp point takes (instances/conv_bwd_data_dwp.toml)
 
 
 def _axis_pads(rng: np.random.Generator, span: int) -> tuple[int, int]:
@@ -133,15 +136,18 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
     target = target_for(gpu_backend.device_info())
-    if family == "dws":  # W-contiguous layouts, 1-D and 2-D
+    if family in ("dws", "dwp"):  # W-contiguous layouts, 1-D and 2-D
         drawn = random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (1, 2))
     else:
         drawn = random_depthwise_problems() if family in DEPTHWISE_ONLY else random_problems()
     if family == "wgmma":  # 16-bit operands, groups of C*K >= 256
         drawn = random_problems((D.FP16, D.BF16), WGMMA_MIN_PRODUCTS)
+    if family == "dwp":  # runs of at least four planes (N x G >= 4)
+        drawn = [p for p in drawn if p.N * p.G >= DWP_MIN_PLANES]
+        assert len(drawn) >= 90
     picks, failures = heuristic_picks(family, drawn, target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements
     print(f"{family}: {ran} random problems run against PyTorch, {len(failures)} failed")
     assert not failures, "\n".join(failures)
-    assert ran == COUNT
+    assert ran == len(drawn)

@@ -30,6 +30,7 @@ ANY_SHAPE = "any"
 BLOCKS_MAX = 2**31 - 1
 MAX_CHANNEL_PRODUCT = 16  # C*K per group above which a GEMM family is the right tool
 SHORT_SUM = 32  # products per grad_input element below which direct gains on a GEMM family (a stage's rows)
+SMALL_GROUP_C = 16  # channels of a group up to which a channels-last vector past two channels loses (_vector_gain)
 # Memory order of grad_input's axes, innermost first ("s" = the spatial axes, W fastest), per layout.
 ORDERS = {Layout.NHWGC: "cgsn", Layout.NGCHW: "scgn", Layout.NGCHW_GKYXC: "scgn", Layout.GNHWC: "csng"}
 
@@ -103,7 +104,16 @@ class Direct(CompiledShape, BwdDataFamily):
         # A short sum is a copy's work, where a GEMM tile idles: 0.5 a halving of the sum below 32 products
         # (H100, seed 83: fp32 NHWGC 1x1 C = K = 8 ran 83 us here, 415 us on the best-scored mma tile).
         short = 0.0 if few else 0.5 * max(0.0, math.log2(SHORT_SUM / reduction_rows(problem)))
-        return (3.0 if few else 0.0) + compiled + short + vector_score(p.vector) - abs(p.threads - 256) / 1024
+        return (3.0 if few else 0.0) + compiled + short + _vector_gain(p, problem) - abs(p.threads - 256) / 1024
+
+
+def _vector_gain(p: DirectParams, problem: ConvProblem) -> float:
+    """vector_score, except for channels-last groups of 2-16 channels: there a vector past two channels ran
+    0.57 (4 against 2) and 0.59 (8 against 4) doublings slower and two against one no faster (H100, nine
+    backward-data random DBs, same other params: 21, 18 and 12 pairs; bench/NOTES.md 62)."""
+    if problem.layout is Layout.NHWGC and 1 < problem.C <= SMALL_GROUP_C:
+        return -0.55 * max(0.0, math.log2(p.vector / 2))
+    return vector_score(p.vector)
 
 
 def channel_lanes(problem: ConvProblem) -> int:

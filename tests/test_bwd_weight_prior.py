@@ -93,3 +93,11 @@ def test_a_long_1d_filter_does_not_publish_its_taps_for_a_few_outputs():
     problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(LONG_1D_FILTER, Layout.NHWGC, DType.BF16)
     pick = heuristic_pick(problem, target=H100)
     assert pick.family == "dwr" and pick.params.threads_lane == 1, pick.name
+
+
+def test_dwt_is_not_picked_where_dwr_serves():
+    # Seed 101 on the H100: dwt picked, 26.2 us; dwr 9.1 us. No dwt point came within 1.21x of its problem's
+    # best in 11 backward-weight DBs (bench/NOTES.md 63).
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem("N=4,G=111,C=1,K=1,input=8x8,filter=5x5,pad=2",
+                                                           Layout.NGCHW, DType.FP16)
+    assert heuristic_pick(problem, target=H100).family != "dwt"

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...device import DeviceTarget
-from ...problem import ConvProblem, DType, Layout
-from ..base import Launch, Struct, params_from_suffix
+from ...problem import ConvProblem, Layout
+from ..base import Launch, Struct
 from ..conv.shape import CompiledShape
 from .common import ALL_CELLS, BwdDataFamily, result_scalar
 from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw
+from .dws import tile_grid, window_extent
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
 ACC_BYTES = 4  # windows and weights are staged as accumulator values (float or int)
@@ -64,21 +65,12 @@ class Staging:
 
 
 def staging_of(p: DwpParams, problem: ConvProblem) -> Staging:
-    shape = p.compiled
-    (fh, fw), (sh, sw), (dh, dw) = hw(shape.filter), hw(shape.stride), hw(shape.dilation)
-    (ph, pw), (hi, wi) = hw(problem.pad_left), hw(problem.input)
-    th, tw = p.tile()
-    shift_h, shift_w = _shift(ph, (fh - 1) * dh, sh), _shift(pw, (fw - 1) * dw, sw)
-    tiles_w, tiles_h = math.ceil((wi + shift_w) / tw), math.ceil((hi + shift_h) / th)
-    rows = (tiles_h - 1) * (th // sh) + (th - 1 + (fh - 1) * dh) // sh + 1
-    cols = (tiles_w - 1) * (tw // sw) + (tw - 1 + (fw - 1) * dw) // sw + 1
+    tiles_w, tiles_h = tile_grid(p, problem)
+    rows, cols = window_extent(p, tiles_h, tiles_w)
+    fh, fw = hw(p.compiled.filter)
     staged = math.ceil(p.planes * (rows * cols + fh * fw) * ACC_BYTES / 16) * 16
     out_bytes = result_scalar(problem.dtype).nbytes
-    return Staging(tiles_w * tiles_h, rows * cols, staged + p.planes * hi * wi * out_bytes)
-
-
-def _shift(pad: int, reach: int, stride: int) -> int:
-    return (stride - (reach - pad) % stride) % stride
+    return Staging(tiles_w * tiles_h, rows * cols, staged + p.planes * math.prod(problem.input) * out_bytes)
 
 
 _SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_p(?P<planes>\d+)_(?P<shape>[a-z0-9x]+)")
@@ -95,9 +87,6 @@ class Dwp(CompiledShape, BwdDataFamily):
 
     def supported_cells(self) -> frozenset:
         return CELLS
-
-    def parse_suffix(self, suffix: str) -> DwpParams | None:
-        return params_from_suffix(self.suffix_re, DwpParams, suffix, {"shape": str})
 
     def cell_allows(self, params: DwpParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim and (ndim == 2 or params.rows == 1)

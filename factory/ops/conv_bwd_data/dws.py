@@ -67,20 +67,35 @@ class Strip:
         return self.planes * self.tiles_w * min(self.strip_rows, self.tiles_h) / threads
 
 
-def strip_of(p: DwsParams, problem: ConvProblem) -> Strip | None:
-    """The template's strip arithmetic, in Python; None when a plane row has more tiles than threads, or
-    (planes > 1) when the block's planes, each whole, have more tiles than threads."""
+def tile_grid(p: TileParams, problem: ConvProblem) -> tuple[int, int]:
+    """Tiles along W and H of one plane, shifted as the templates' tile_shift does so that a tile's window
+    starts on a whole output position (dws, dwp)."""
     shape = p.compiled
     (fh, fw), (sh, sw), (dh, dw) = hw(shape.filter), hw(shape.stride), hw(shape.dilation)
     (ph, pw), (hi, wi) = hw(problem.pad_left), hw(problem.input)
     th, tw = p.tile()
     shift_h, shift_w = _shift(ph, (fh - 1) * dh, sh), _shift(pw, (fw - 1) * dw, sw)
-    tiles_w, tiles_h = math.ceil((wi + shift_w) / tw), math.ceil((hi + shift_h) / th)
+    return math.ceil((wi + shift_w) / tw), math.ceil((hi + shift_h) / th)
+
+
+def window_extent(p: TileParams, tile_rows: int, tiles_w: int) -> tuple[int, int]:
+    """grad_output rows and columns that `tile_rows` rows of `tiles_w` tiles reach (their staged window)."""
+    shape = p.compiled
+    (fh, fw), (sh, sw), (dh, dw) = hw(shape.filter), hw(shape.stride), hw(shape.dilation)
+    th, tw = p.tile()
+    rows = (tile_rows - 1) * (th // sh) + (th - 1 + (fh - 1) * dh) // sh + 1
+    cols = (tiles_w - 1) * (tw // sw) + (tw - 1 + (fw - 1) * dw) // sw + 1
+    return rows, cols
+
+
+def strip_of(p: DwsParams, problem: ConvProblem) -> Strip | None:
+    """The template's strip arithmetic, in Python; None when a plane row has more tiles than threads, or
+    (planes > 1) when the block's planes, each whole, have more tiles than threads."""
+    tiles_w, tiles_h = tile_grid(p, problem)
     if tiles_w > p.threads or (p.planes > 1 and p.planes * tiles_w * tiles_h > p.threads):
         return None
     strip_rows = tiles_h if p.planes > 1 else p.threads // tiles_w
-    rows = (strip_rows - 1) * (th // sh) + (th - 1 + (fh - 1) * dh) // sh + 1
-    cols = (tiles_w - 1) * (tw // sw) + (tw - 1 + (fw - 1) * dw) // sw + 1
+    rows, cols = window_extent(p, strip_rows, tiles_w)
     return Strip(tiles_w, tiles_h, strip_rows, p.planes * rows * cols, p.planes)
 
 

@@ -323,38 +323,24 @@ __device__ __forceinline__ void run(const Op& op, typename Cfg::T* smem_ptr, int
   const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
   const int rounds = (tiles + Cfg::SLICES - 1) / Cfg::SLICES;
   const auto first_row = [&](int t) { return r_begin + (t * Cfg::SLICES + slice) * Cfg::BK; };
-{% if overlap %}#pragma unroll
-  for (int t = 0; t < Cfg::STAGES - 2; ++t) {
+{% set lead = 2 if overlap else 1 %}#pragma unroll
+  for (int t = 0; t < Cfg::STAGES - {{ lead }}; ++t) {
     if (t < rounds) chunks.load(op, smem + t * Cfg::STAGE, first_row(t), r_end);
     commit();
   }
-  // The matrix instructions of a stage are left running (Cfg::compute waits only for the stage before),
+{% if overlap %}  // The matrix instructions of a stage are left running (Cfg::compute waits only for the stage before),
   // so loads run STAGES - 2 stages ahead: the stage being refilled is the one whose instructions every
   // thread has waited for before the barrier.
-  for (int t = 0; t < rounds; ++t) {
-    wait<Cfg::STAGES - 3>();
+{% endif %}  for (int t = 0; t < rounds; ++t) {
+    wait<Cfg::STAGES - {{ lead + 1 }}>();
     if constexpr (Cfg::ASYNC_PROXY) publish_to_async_proxy();
-    __syncthreads();  // stage t is complete for every thread; stage t - 2 is no longer read
-    const int next = t + Cfg::STAGES - 2;
+    __syncthreads();  // stage t is complete for every thread; stage t - {{ lead }} is no longer read
+    const int next = t + Cfg::STAGES - {{ lead }};
     if (next < rounds) chunks.load(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, first_row(next), r_end);
     commit();
     Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
   }
-  Cfg::finish();  // the last stage's instructions
-{% else %}#pragma unroll
-  for (int t = 0; t < Cfg::STAGES - 1; ++t) {
-    if (t < rounds) chunks.load(op, smem + t * Cfg::STAGE, first_row(t), r_end);
-    commit();
-  }
-  for (int t = 0; t < rounds; ++t) {
-    wait<Cfg::STAGES - 2>();
-    if constexpr (Cfg::ASYNC_PROXY) publish_to_async_proxy();
-    __syncthreads();  // stage t is complete for every thread; stage t - 1 is no longer read
-    const int next = t + Cfg::STAGES - 1;
-    if (next < rounds) chunks.load(op, smem + (next % Cfg::STAGES) * Cfg::STAGE, first_row(next), r_end);
-    commit();
-    Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
-  }
+{% if overlap %}  Cfg::finish();  // the last stage's instructions
 {% endif %}  if constexpr (Cfg::SLICES > 1) {
     if (!sum_slices<Cfg>(acc, reinterpret_cast<Acc*>(aligned), slice, local)) return;
   }{% if staged_store is defined and staged_store %}

@@ -25,7 +25,7 @@ from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw
 from .dws import tile_grid, window_extent
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
-ACC_BYTES = 4  # windows and weights are staged as accumulator values (float or int)
+ACC_BYTES = 4  # weights are staged as accumulator values (float or int); windows as the data's own
 GRID_X_LIMIT = 2**31 - 1
 PLANES = (2, 4, 8, 16, 32)
 # The level against dwr and dws: +0 to +0.8 picked alike on the 26 fit problems and seed 109 (NOTES 62).
@@ -54,7 +54,7 @@ class Staging:
 
     tiles: int  # tiles of one plane
     window_values: int  # staged dOut values of one plane, halo included
-    shared_bytes: int  # windows and weights (accumulator values), then the staged dIn run
+    shared_bytes: int  # windows (the data's type), weights (accumulator values), then the staged dIn run
 
     def tile_trips(self, p: DwpParams) -> int:
         """Tiles a thread computes in turn."""
@@ -69,7 +69,8 @@ def staging_of(p: DwpParams, problem: ConvProblem) -> Staging:
     tiles_w, tiles_h = tile_grid(p, problem)
     rows, cols = window_extent(p, tiles_h, tiles_w)
     fh, fw = hw(p.compiled.filter)
-    staged = math.ceil(p.planes * (rows * cols + fh * fw) * ACC_BYTES / 16) * 16
+    windows = math.ceil(p.planes * rows * cols * problem.dtype.tensor.nbytes / 16) * 16
+    staged = windows + math.ceil(p.planes * fh * fw * ACC_BYTES / 16) * 16
     out_bytes = result_scalar(problem.dtype).nbytes
     return Staging(tiles_w * tiles_h, rows * cols, staged + p.planes * math.prod(problem.input) * out_bytes)
 

@@ -1,6 +1,6 @@
 """Time instances of one problem against PyTorch's own op, without verification (a quick look at speed).
 
-    python scripts/time_instances.py OP LAYOUT DTYPE SPEC [--family F] [--top K]
+    python scripts/time_instances.py OP LAYOUT DTYPE SPEC [--family F] [--top K] [--show N]
 
 Every applicable instance (or the heuristic's first K of family F) is compiled in worker processes,
 then each runs 5 warm-up calls and 20 timed ones (device events, L2 flushed before each, median),
@@ -55,6 +55,7 @@ def main() -> None:
         parser.add_argument(name)
     parser.add_argument("--family")
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--show", type=int, default=12, help="print the fastest SHOW (default 12)")
     args = parser.parse_args()
     try:
         solver = solver_for(Op.parse(args.op))
@@ -88,7 +89,7 @@ def main() -> None:
         kernel = select(problem, mode=SelectMode.FORCE, instance=c.name)
         ours = timed(lambda: kernel.run(**tensors), flush)
         rows.append((ours, c.name))
-    for ours, name in sorted(rows)[:12]:
+    for ours, name in sorted(rows)[:args.show]:
         print(f"  {ours:9.1f} us  {theirs / ours:5.2f}x  {100 * floor / ours:4.0f} %  {name}")
 
 

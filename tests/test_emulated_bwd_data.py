@@ -166,16 +166,32 @@ CASES = [
     # dwp: runs of whole planes copied 16 bytes at a time; the last block's shorter run takes the element-wise
     # copies (N x G not a multiple of the planes), planes of GNHWC's images, strides, dilation, 1-D, int8.
     Case("dwp-ngchw-fp16-2d-tail", "dwp", L.NGCHW, D.FP16, "N=2,G=7,C=1,K=1,input=7x6,filter=3x3,pad=1",
-         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128),
+         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128 and not p.resident),
     Case("dwp-gnhwc-bf16-2d-s2-asym", "dwp", L.GNHWC, D.BF16,
          "N=3,G=5,C=1,K=1,input=9x11,filter=5x5,stride=2,pad_left=2x1,pad_right=1x2",
-         lambda p: p.planes == 8 and p.rows == 2 and p.run == 2 and p.threads == 128),
+         lambda p: p.planes == 8 and p.rows == 2 and p.run == 2 and p.threads == 128 and not p.resident),
     Case("dwp-gkyxc-fp32-1d-d2", "dwp", L.NGCHW_GKYXC, D.FP32, "N=1,G=9,C=1,K=1,input=29,filter=7,pad=3,dilation=2",
-         lambda p: p.planes == 8 and p.run == 4),
+         lambda p: p.planes == 8 and p.run == 4 and not p.resident),
     Case("dwp-ngchw-int8sat-2d-tiles-in-turn", "dwp", L.NGCHW, D.INT8_SAT, "N=2,G=3,C=1,K=1,input=13x10,filter=3x3,pad=1",
-         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128),
+         lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128 and not p.resident),
     Case("dwp-gnhwc-int8-1d-s3", "dwp", L.GNHWC, D.INT8, "N=4,G=2,C=1,K=1,input=50,filter=4,stride=3,pad=2",
-         lambda p: p.planes == 8 and p.run == 2 and p.threads == 128),
+         lambda p: p.planes == 8 and p.run == 2 and p.threads == 128 and not p.resident),
+    # Padding past the filter's reach: dOut's outer rows and columns meet no dIn, so the windows do not
+    # hold whole planes and the copy places element by element.
+    Case("dwp-ngchw-fp16-2d-pad-past-filter", "dwp", L.NGCHW, D.FP16, "N=2,G=9,C=1,K=1,input=8x8,filter=3x3,pad=3",
+         lambda p: p.planes == 8 and p.rows == 1 and p.run == 4 and not p.resident),
+    # dwp with resident blocks: sums straight from the copied planes (edges masked), runs taken in turn (the tests
+    # below shrink the grid); runs that start on a 16-byte line and runs that do not (49- and 110-value
+    # planes, 4 a run), a shorter last run, 1-D with dilation, int8's 16-value lines.
+    Case("dwp-resident-ngchw-fp16-2d-tail", "dwp", L.NGCHW, D.FP16, "N=2,G=7,C=1,K=1,input=7x6,filter=3x3,pad=1",
+         lambda p: p.resident and p.planes == 4 and p.rows == 1 and p.run == 2),
+    Case("dwp-resident-gnhwc-bf16-2d-s2-unaligned", "dwp", L.GNHWC, D.BF16,
+         "N=3,G=5,C=1,K=1,input=13x13,filter=5x5,stride=2,pad=2",
+         lambda p: p.resident and p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128),
+    Case("dwp-resident-gkyxc-fp32-1d-d2", "dwp", L.NGCHW_GKYXC, D.FP32, "N=1,G=9,C=1,K=1,input=29,filter=7,pad=3,dilation=2",
+         lambda p: p.resident and p.planes == 8 and p.run == 4),
+    Case("dwp-resident-ngchw-int8-2d-d2", "dwp", L.NGCHW, D.INT8, "N=3,G=3,C=1,K=1,input=11x10,filter=3x3,pad=2,dilation=2",
+         lambda p: p.resident and p.planes == 4 and p.rows == 2 and p.run == 4 and p.threads == 128),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),
@@ -231,6 +247,22 @@ def _fewer_blocks(plan: Any) -> Any:
             return dataclasses.replace(step, grid=(gx - 1, gy, gz))
         return step
     return dataclasses.replace(plan, steps=tuple(change(s) for s in plan.steps))
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+@pytest.mark.parametrize("case_id", [c.id for c in CASES if c.id.startswith("dwp-resident-")])
+def test_dwp_resident_blocks_take_runs_in_turn_on_any_grid(case_id: str, blocks: int, picked: dict[str, Instance],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    case = next(c for c in CASES if c.id == case_id)
+    inst = picked[case_id]
+    right = kernel_emulator._plan
+
+    def grid_of(plan: Any) -> Any:
+        steps = tuple(dataclasses.replace(s, grid=(blocks, 1, 1)) if isinstance(s, Launch) else s for s in plan.steps)
+        return dataclasses.replace(plan, steps=steps)
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: grid_of(right(i, p)))
+    verdict = kernel_emulator.check_instance(inst, case.problem, seed=blocks)
+    assert verdict.ok, f"{inst.name} on {case.spec} with {blocks} blocks: {verdict.message}"
 
 
 BROKEN = [("mma-nhwgc-bf16-2d-s2", _fewer_phases), ("direct-ngchw-fp32-2d-s2", _fewer_blocks),

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import Launch, Struct
+from ..base import Launch, Struct, params_from_suffix
 from ..conv.shape import CompiledShape
 from .common import ALL_CELLS, BwdDataFamily, result_scalar
 from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw
@@ -28,6 +28,7 @@ CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell
 ACC_BYTES = 4  # weights are staged as accumulator values (float or int); windows as the data's own
 GRID_X_LIMIT = 2**31 - 1
 PLANES = (2, 4, 8, 16, 32)
+RESIDENT = (0, 2, 4, 8)
 # The level against dwr and dws: +0 to +0.8 picked alike on the 26 fit problems and seed 109 (NOTES 62).
 DWP_LEVEL = DEPTHWISE_LEVEL + 0.3
 
@@ -35,17 +36,24 @@ DWP_LEVEL = DEPTHWISE_LEVEL + 0.3
 @dataclass(frozen=True)
 class DwpParams(TileParams):
     planes: int = 8  # consecutive planes a block takes
+    # 0: a block per run. k: k blocks an SM (at most what fits) that take run after run, the next run's
+    # grad_output copied in (cp.async on sm_80+) while this run's sums are computed straight from the
+    # copied planes, edges masked.
+    resident: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.planes not in PLANES:
             raise ValueError(f"planes {self.planes} must be one of {PLANES}")
+        if self.resident not in RESIDENT:
+            raise ValueError(f"resident {self.resident} must be one of {RESIDENT} (0: a block per run)")
 
     def suffix(self) -> str:
-        return f"t{self.threads}_b{self.rows}x{self.run}_p{self.planes}_{self.shape}"
+        resident = f"_r{self.resident}" if self.resident else ""
+        return f"t{self.threads}_b{self.rows}x{self.run}_p{self.planes}_{self.shape}{resident}"
 
     def template_values(self) -> dict[str, Any]:
-        return super().template_values() | {"planes": self.planes}
+        return super().template_values() | {"planes": self.planes, "resident": self.resident > 0}
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,9 @@ class Staging:
 
     tiles: int  # tiles of one plane
     window_values: int  # staged dOut values of one plane, halo included
-    shared_bytes: int  # windows (the data's type), weights (accumulator values), then the staged dIn run
+    # windows (the data's type; resident blocks: two buffers of raw planes instead), weights (accumulator
+    # values), then the staged dIn run
+    shared_bytes: int
 
     def tile_trips(self, p: DwpParams) -> int:
         """Tiles a thread computes in turn."""
@@ -69,13 +79,15 @@ def staging_of(p: DwpParams, problem: ConvProblem) -> Staging:
     tiles_w, tiles_h = tile_grid(p, problem)
     rows, cols = window_extent(p, tiles_h, tiles_w)
     fh, fw = hw(p.compiled.filter)
-    windows = math.ceil(p.planes * rows * cols * problem.dtype.tensor.nbytes / 16) * 16
+    values, buffers = (math.prod(problem.output), 2) if p.resident else (rows * cols, 1)
+    windows = buffers * math.ceil(p.planes * values * problem.dtype.tensor.nbytes / 16) * 16
     staged = windows + math.ceil(p.planes * fh * fw * ACC_BYTES / 16) * 16
     out_bytes = result_scalar(problem.dtype).nbytes
     return Staging(tiles_w * tiles_h, rows * cols, staged + p.planes * math.prod(problem.input) * out_bytes)
 
 
-_SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_p(?P<planes>\d+)_(?P<shape>[a-z0-9x]+)")
+_SUFFIX_RE = re.compile(
+    r"t(?P<threads>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_p(?P<planes>\d+)_(?P<shape>[a-z0-9x]+?)(?:_r(?P<resident>\d+))?")
 
 
 class Dwp(CompiledShape, BwdDataFamily):
@@ -89,6 +101,10 @@ class Dwp(CompiledShape, BwdDataFamily):
 
     def supported_cells(self) -> frozenset:
         return CELLS
+
+    def parse_suffix(self, suffix: str) -> DwpParams | None:
+        return params_from_suffix(self.suffix_re, DwpParams, suffix,
+                                  {"shape": str, "resident": lambda v: 0 if v is None else int(v)})
 
     def cell_allows(self, params: DwpParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim and (ndim == 2 or params.rows == 1)
@@ -118,8 +134,10 @@ class Dwp(CompiledShape, BwdDataFamily):
 
     def main_launch(self, p: DwpParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
         staging = staging_of(p, problem)
-        return Launch("kf_main", (math.ceil(problem.N * problem.G / p.planes), 1, 1), (p.threads, 1, 1), (args,),
-                      shared_bytes=staging.shared_bytes)
+        blocks = math.ceil(problem.N * problem.G / p.planes)
+        if p.resident:  # blocks that stay, each taking runs in turn
+            blocks = min(blocks, target.processors * min(p.resident, resident_blocks(p, staging, target)))
+        return Launch("kf_main", (blocks, 1, 1), (p.threads, 1, 1), (args,), shared_bytes=staging.shared_bytes)
 
     def heuristic_score(self, p: DwpParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """In doublings of time, from every dwp candidate of 40 H100 problems (bench/NOTES.md 62): resident
@@ -127,7 +145,7 @@ class Dwp(CompiledShape, BwdDataFamily):
         blocks must cover them); a grid short of the SMs' resident blocks 0.2 a halving, and of the SMs
         themselves 0.6 more (a block's planes then run one after another on few SMs); a tile's outputs gain
         0.14 a doubling up to 16 and lose 0.07 past it (registers); idle thread-trips cost 0.22 a halving of
-        the busy share."""
+        the busy share. Plus `resident_score`."""
         staging = staging_of(p, problem)
         outputs = math.prod(p.tile())
         resident = resident_blocks(p, staging, target)
@@ -137,7 +155,16 @@ class Dwp(CompiledShape, BwdDataFamily):
         short_of_sms = max(0.0, math.log2(target.processors / blocks))
         tile = 0.14 * math.log2(outputs) - 0.21 * max(0.0, math.log2(outputs / 16))
         return (DWP_LEVEL - 0.28 * low_occupancy - 0.2 * short_of_slots - 0.6 * short_of_sms + tile
-                + 0.22 * math.log2(staging.busy(p)))
+                + 0.22 * math.log2(staging.busy(p)) + resident_score(p, problem))
+
+
+def resident_score(p: DwpParams, problem: ConvProblem) -> float:
+    """Resident blocks against a block per run, best point against best point on nine H100 problems
+    (bench/NOTES.md 64): 0.84x the time on fp32 planes and 0.92x on a stride-2 layer, where the windows
+    the copy would place are widest and sparsest; 1.02-1.15x on 16-bit stride-1 layers."""
+    if not p.resident:
+        return 0.0
+    return 0.2 if problem.dtype.tensor.nbytes == 4 or max(problem.stride) > 1 else -0.2
 
 
 def resident_blocks(p: DwpParams, staging: Staging, target: DeviceTarget) -> int:

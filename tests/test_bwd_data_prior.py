@@ -127,20 +127,21 @@ def test_dwp_prefers_a_grid_that_fills_the_sms():
 
 
 @pytest.mark.parametrize("spec, dtype, resident", [
-    # bench/NOTES.md 64: fp32 planes 0.84x and a stride-2 layer 0.92x the time with resident blocks;
-    # 16-bit stride-1 layers 1.02-1.15x.
-    ("N=64,G=512,C=1,K=1,input=14x14,filter=3x3,pad=1", DType.FP32, True),
+    # bench/NOTES.md 64, the 40 shipped dwp problems: resident blocks faster on 7 of 11 strided layers,
+    # on 5 of 29 others.
     ("N=64,G=192,C=1,K=1,input=56x56,filter=3x3,stride=2,pad=1", DType.FP16, True),
+    ("N=32,G=240,C=1,K=1,input=28x28,filter=5x5,stride=2,pad=2", DType.FP32, True),
+    ("N=64,G=512,C=1,K=1,input=14x14,filter=3x3,pad=1", DType.FP32, False),
     ("N=64,G=512,C=1,K=1,input=14x14,filter=3x3,pad=1", DType.FP16, False),
     ("N=64,G=384,C=1,K=1,input=14x14,filter=7x7,pad=3", DType.FP16, False),
 ])
-def test_dwp_keeps_blocks_resident_for_fp32_and_strided_planes_only(spec: str, dtype: DType, resident: bool):
+def test_dwp_keeps_blocks_resident_for_strided_planes_only(spec: str, dtype: DType, resident: bool):
     problem = _problem(spec, Layout.NGCHW, dtype)
     assert heuristic_pick(problem, target=H100).family == "dwp"
     best = {kept: max(SOLVER.heuristic_score("dwp", i.params, problem, H100)
                       for i in lookup(problem, target=H100) if i.family == "dwp" and bool(i.params.resident) is kept)
             for kept in (False, True)}
-    assert (best[True] - best[False] > 0.1) if resident else (best[False] - best[True] > 0.1), best
+    assert (best[True] - best[False] > 0.02) if resident else (best[False] - best[True] > 0.05), best
 
 
 def test_channels_last_groups_of_few_channels_take_narrow_vectors():

@@ -176,6 +176,9 @@ CASES = [
          lambda p: p.planes == 4 and p.rows == 1 and p.run == 2 and p.threads == 128 and not p.resident),
     Case("dwp-gnhwc-int8-1d-s3", "dwp", L.GNHWC, D.INT8, "N=4,G=2,C=1,K=1,input=50,filter=4,stride=3,pad=2",
          lambda p: p.planes == 8 and p.run == 2 and p.threads == 128 and not p.resident),
+    # More 16-byte lines a block than 4 per thread: loads of several lines in flight, then a second round.
+    Case("dwp-ngchw-fp16-2d-many-lines", "dwp", L.NGCHW, D.FP16, "N=4,G=16,C=1,K=1,input=14x14,filter=3x3,pad=1",
+         lambda p: p.planes == 32 and p.threads == 128 and p.rows == 2 and p.run == 8 and not p.resident),
     # Padding past the filter's reach: dOut's outer rows and columns meet no dIn, so the windows do not
     # hold whole planes and the copy places element by element.
     Case("dwp-ngchw-fp16-2d-pad-past-filter", "dwp", L.NGCHW, D.FP16, "N=2,G=9,C=1,K=1,input=8x8,filter=3x3,pad=3",

@@ -177,15 +177,16 @@ class FamilyParams(Protocol):
 def params_from_suffix(pattern: "re.Pattern[str]", params_type: type, suffix: str,
                        convert: Mapping[str, Callable[[str], Any]] | None = None) -> Any:
     """The params a name suffix spells (Family.parse_suffix for families whose points take problem values):
-    `pattern`'s named groups are the fields, integers unless `convert` names another reading. None when the
-    suffix does not match, names values the params refuse, or is not how params_type spells them."""
+    `pattern`'s named groups are the fields, integers unless `convert` names another reading; an optional
+    group the suffix leaves out takes the field's default. None when the suffix does not match, names values
+    the params refuse, or is not how params_type spells them."""
     match = pattern.fullmatch(suffix)
     if match is None:
         return None
     convert = convert or {}
     try:
-        params = params_type(**{k: convert.get(k, int)(v) for k, v in match.groupdict().items()})
-    except ValueError:
+        params = params_type(**{k: convert.get(k, int)(v) for k, v in match.groupdict().items() if v is not None})
+    except (ValueError, TypeError):  # TypeError: a field without a default left out
         return None
     return params if params.suffix() == suffix else None
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import Launch, Struct, params_from_suffix
+from ..base import Launch, Struct
 from ..conv.shape import CompiledShape
 from .common import ALL_CELLS, BwdDataFamily, result_scalar
-from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw
+from .dwr import DEPTHWISE_LEVEL, W_CONTIGUOUS, TileParams, depthwise_refusal, hw
 from .dws import tile_grid, window_extent
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
@@ -102,10 +102,6 @@ class Dwp(CompiledShape, BwdDataFamily):
     def supported_cells(self) -> frozenset:
         return CELLS
 
-    def parse_suffix(self, suffix: str) -> DwpParams | None:
-        return params_from_suffix(self.suffix_re, DwpParams, suffix,
-                                  {"shape": str, "resident": lambda v: 0 if v is None else int(v)})
-
     def cell_allows(self, params: DwpParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim and (ndim == 2 or params.rows == 1)
 
@@ -113,13 +109,9 @@ class Dwp(CompiledShape, BwdDataFamily):
         return {"planes_by_image": layout is Layout.GNHWC}
 
     def why_not_here(self, p: DwpParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.C != 1 or problem.K != 1:
-            return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
-        wrong = self.wrong_shape(p.shape, p.compiled, problem)
-        if wrong:
-            return wrong
-        if math.prod(p.tile()) > MAX_SUMS:
-            return f"{math.prod(p.tile())} sums per thread pass the register budget ({MAX_SUMS})"
+        refusal = depthwise_refusal(self, p, problem, math.prod(p.tile()))
+        if refusal:
+            return refusal
         planes = problem.N * problem.G
         if p.planes > planes:
             return f"{p.planes} planes a block for N x G = {planes} planes"

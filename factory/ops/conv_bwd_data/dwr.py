@@ -110,6 +110,20 @@ def hw(values: tuple[int, ...]) -> tuple[int, int]:
 _SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_(?P<shape>[a-z0-9x]+)")
 
 
+def depthwise_refusal(family: CompiledShape, p: TileParams, problem: ConvProblem, sums: int) -> str | None:
+    """Why a depthwise tile point with its shape compiled in (dwr, dws, dwp) cannot serve `problem` whatever
+    its layout of work: not depthwise, another filter, stride or dilation, or `sums` a thread past the
+    register budget. None when none of these holds."""
+    if problem.C != 1 or problem.K != 1:
+        return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
+    wrong = family.wrong_shape(p.shape, p.compiled, problem)
+    if wrong:
+        return wrong
+    if sums > MAX_SUMS:
+        return f"{sums} sums per thread pass the register budget ({MAX_SUMS})"
+    return None
+
+
 class Dwr(CompiledShape, BwdDataFamily):
     name = "dwr"
     template = "conv_bwd_data/dwr.hip.j2"
@@ -124,16 +138,11 @@ class Dwr(CompiledShape, BwdDataFamily):
         return params.vector == 1 or layout is Layout.NHWGC
 
     def why_not_here(self, p: DwrParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.C != 1 or problem.K != 1:
-            return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
-        wrong = self.wrong_shape(p.shape, p.compiled, problem)
-        if wrong:
-            return wrong
+        refusal = depthwise_refusal(self, p, problem, math.prod(p.tile()) * p.vector)
+        if refusal:
+            return refusal
         if problem.G % p.vector:
             return f"vector {p.vector} needs G={problem.G} divisible by it"
-        sums = math.prod(p.tile()) * p.vector
-        if sums > MAX_SUMS:
-            return f"{sums} sums per thread pass the register budget ({MAX_SUMS})"
         if p.window(1) > MAX_WINDOW:
             return f"a window row of {p.window(1)} values passes the register budget ({MAX_WINDOW})"
         if _threads_needed(p, problem) > BLOCKS_MAX * p.threads:

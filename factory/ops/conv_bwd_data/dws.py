@@ -21,10 +21,10 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
-from ..base import Launch, Struct, params_from_suffix
+from ..base import Launch, Struct
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
 from ..conv.shape import CompiledShape
-from .dwr import DEPTHWISE_LEVEL, MAX_SUMS, W_CONTIGUOUS, TileParams, hw, tile_score
+from .dwr import DEPTHWISE_LEVEL, W_CONTIGUOUS, TileParams, depthwise_refusal, hw, tile_score
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
 ACC_BYTES = 4  # the window is staged as accumulator values (float or int)
@@ -117,21 +117,13 @@ class Dws(CompiledShape, BwdDataFamily):
     def supported_cells(self) -> frozenset:
         return CELLS
 
-    def parse_suffix(self, suffix: str) -> DwsParams | None:
-        return params_from_suffix(self.suffix_re, DwsParams, suffix,
-                                  {"shape": str, "planes": lambda v: 1 if v is None else int(v)})
-
     def cell_allows(self, params: DwsParams, layout: Layout, dtype: Any, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim and (ndim == 2 or params.rows == 1)
 
     def why_not_here(self, p: DwsParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.C != 1 or problem.K != 1:
-            return f"depthwise only (C = K = 1), problem has C={problem.C}, K={problem.K}"
-        wrong = self.wrong_shape(p.shape, p.compiled, problem)
-        if wrong:
-            return wrong
-        if math.prod(p.tile()) > MAX_SUMS:
-            return f"{math.prod(p.tile())} sums per thread pass the register budget ({MAX_SUMS})"
+        refusal = depthwise_refusal(self, p, problem, math.prod(p.tile()))
+        if refusal:
+            return refusal
         strip = strip_of(p, problem)
         if strip is None and p.planes > 1:
             return f"{p.planes} whole planes need more tiles than the block's {p.threads} threads"

@@ -82,7 +82,7 @@ class Dwh(Dwr):
 
     def parse_suffix(self, suffix: str) -> DwhParams | None:
         return params_from_suffix(_SUFFIX_RE, DwhParams, suffix,
-                                  {"reduction": Reduction, "ahead": lambda v: 0 if v is None else int(v)})
+                                  {"reduction": Reduction})
 
     def why_not_here(self, p: DwhParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.ndim != 2:

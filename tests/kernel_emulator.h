@@ -283,6 +283,8 @@ extern "C" [[noreturn]] void __ubsan_handle_type_mismatch_v1_abort(kfemu_type_mi
 #define gridDim (kfemu::grid_dim)
 
 inline void __syncthreads() { kfemu::wait(kfemu::block_barrier); }
+// The warp's live lanes meet, as at a shuffle.
+inline void __syncwarp(unsigned = 0xffffffffu) { kfemu::wait(kfemu::warps[kfemu::current->linear / warpSize].bar); }
 
 // Every live lane of the warp publishes its value, then reads its partner's: a lane that does not take
 // part (a divergent shuffle) leaves the others waiting, which is reported as a deadlock.

@@ -104,7 +104,34 @@ __device__ __forceinline__ void load_b(FragB<T>& f, Smem<T> s, int ld, int n, in
   }
 }
 
-// fp32: an element and its TF32 split (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32: a0..a3 at
+{% if mma_rows is defined and mma_rows %}// Rendered for templates that set mma_rows:
+//   load_a_rows(FragA<T>&, row)   A(m, k..k+K) from row(m), a place the caller picks per row (16-bit
+//                                 operands; a row of zeros for rows outside the data)
+//   fill_b(FragB<T>&, value)      B(k, n) = value(k, n), built in registers (16-bit operands)
+// A gathered row by row: the lane gives the address of its matrix's row (as load_a for [m][k] storage),
+// taken from row(m) for the tile row m it serves; row(m) holds k = 0..15 contiguous, 16-byte aligned.
+template <typename T, typename RowOf>
+__device__ __forceinline__ void load_a_rows(FragA<T>& f, RowOf row) {
+  static_assert(sizeof(T) == 2, "ldmatrix moves 16-bit elements");
+  const int lane = threadIdx.x % LANES, q = lane / 8;
+  const unsigned a = (row(8 * (q % 2) + lane % 8) + 8 * (q / 2)).addr;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0,%1,%2,%3}, [%4];"
+               : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "r"(a));
+}
+
+// B from values in registers: b0, b1 at (k 2 * (lane % 4) + 0/1, n lane / 4), b2, b3 at k + 8.
+template <typename T, typename ValueOf>
+__device__ __forceinline__ void fill_b(FragB<T>& f, ValueOf value) {
+  static_assert(sizeof(T) == 2, "16-bit operands");
+  const int lane = threadIdx.x % LANES, n = lane / 4, k = 2 * (lane % 4);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const T pair[2] = {value(k + 8 * r, n), value(k + 8 * r + 1, n)};
+    f.x[r] = *reinterpret_cast<const uint32_t*>(pair);
+  }
+}
+
+{% endif %}// fp32: an element and its TF32 split (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32: a0..a3 at
 // (row lane/4, col lane%4), (row + 8, col), (row, col + 4), (row + 8, col + 4); b0, b1 at (k lane%4,
 // n lane/4) and k + 4), loaded one by one: ldmatrix moves 16-bit elements only.
 __device__ __forceinline__ void split_tf32(float v, uint32_t& hi, uint32_t& lo) {
@@ -305,7 +332,23 @@ __device__ __forceinline__ void load_b(FragB<T>& f, Smem<T> sm, int ld, int n, i
   }
 }
 
-template <typename T> __device__ __forceinline__ void mma(FragC<T>& c, const FragA<T>& a, const FragB<T>& b) {
+{% if mma_rows is defined and mma_rows %}template <typename T, typename RowOf>
+__device__ __forceinline__ void load_a_rows(FragA<T>& f, RowOf row) {
+  const int lane = threadIdx.x % LANES;
+  for (int h = 0; h < 2; ++h) {
+    const T* r = row(lane / 4 + 8 * h).ptr;
+    for (int kk = 0; kk < K_OF<T>; ++kk) f.v[h][kk] = widen_a(r[kk]);
+  }
+}
+
+template <typename T, typename ValueOf>
+__device__ __forceinline__ void fill_b(FragB<T>& f, ValueOf value) {
+  const int lane = threadIdx.x % LANES;
+  for (int h = 0; h < 2; ++h)
+    for (int kk = 0; kk < K_OF<T>; ++kk) f.v[h][kk] = widen_b(value(kk, 2 * (lane % 4) + h));
+}
+
+{% endif %}template <typename T> __device__ __forceinline__ void mma(FragC<T>& c, const FragA<T>& a, const FragB<T>& b) {
   for (int e = 0; e < C_ELEMS; ++e) {
     typename FragC<T>::Acc sum = 0;
     for (int kk = 0; kk < K_OF<T>; ++kk) sum += a.v[e / 2][kk] * b.v[e % 2][kk];

@@ -248,7 +248,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     _print_families(args.op, {i.family for i in instances} | set(per_problem))
     if per_problem:
         console.print(f"{', '.join(per_problem)}: (also) make instances per problem, with its filter, stride and "
-                      "dilation compiled in; pass --problem to list them", markup=False, highlight=False)
+                      "dilation (some families: more of the problem) compiled in; pass --problem to list them",
+                      markup=False, highlight=False)
     return 0
 
 

@@ -195,6 +195,22 @@ CASES = [
          lambda p: p.resident and p.planes == 8 and p.run == 4),
     Case("dwp-resident-ngchw-int8-2d-d2", "dwp", L.NGCHW, D.INT8, "N=3,G=3,C=1,K=1,input=11x10,filter=3x3,pad=2,dilation=2",
          lambda p: p.resident and p.planes == 4 and p.rows == 2 and p.run == 4 and p.threads == 128),
+    # dwm: each plane's taps as Toeplitz GEMMs on matrix instructions (the portable lane layout here). Planes
+    # that start on a 16-byte line and planes that do not, the tensor's last line partly past its end, a
+    # warp with fewer images than its depth, several tiles each way, stride 2 (two instruction tiles a tile),
+    # stride 2 along H only, dilation, asymmetric padding, padding past the filter's reach, GNHWC's planes;
+    # planes written back element by element and (17x19) by 16-byte lines from any phase.
+    Case("dwm-ngchw-fp16-2d-unaligned", "dwm", L.NGCHW, D.FP16, "N=5,G=3,C=1,K=1,input=13x11,filter=3x3,pad=1",
+         lambda p: p.warps == 2 and p.depth == 2),
+    Case("dwm-gnhwc-bf16-2d-s2", "dwm", L.GNHWC, D.BF16, "N=3,G=2,C=1,K=1,input=15x17,filter=5x5,stride=2,pad=2",
+         lambda p: p.warps == 1 and p.depth == 2),
+    Case("dwm-gkyxc-fp16-2d-7x7-tiles", "dwm", L.NGCHW_GKYXC, D.FP16, "N=9,G=2,C=1,K=1,input=17x19,filter=7x7,pad=3",
+         lambda p: p.warps == 4 and p.depth == 2),
+    Case("dwm-ngchw-bf16-2d-s2x1-d2-asym", "dwm", L.NGCHW, D.BF16,
+         "N=2,G=3,C=1,K=1,input=12x9,filter=3x3,stride=2x1,pad_left=2x1,pad_right=1x3,dilation=2",
+         lambda p: p.warps == 1 and p.depth == 1),
+    Case("dwm-ngchw-fp16-2d-pad-past-filter", "dwm", L.NGCHW, D.FP16, "N=3,G=2,C=1,K=1,input=6x7,filter=3x3,pad=3",
+         lambda p: p.warps == 2 and p.depth == 1),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),
@@ -270,7 +286,7 @@ def test_dwp_resident_blocks_take_runs_in_turn_on_any_grid(case_id: str, blocks:
 
 BROKEN = [("mma-nhwgc-bf16-2d-s2", _fewer_phases), ("direct-ngchw-fp32-2d-s2", _fewer_blocks),
           ("mma-nhwgc-fp16-2d", _fewer_blocks), ("wgmma-nhwgc-fp16-2d-s2", _fewer_blocks),
-          ("dwp-ngchw-fp16-2d-tail", _fewer_blocks)]
+          ("dwp-ngchw-fp16-2d-tail", _fewer_blocks), ("dwm-gnhwc-bf16-2d-s2", _fewer_blocks)]
 
 
 @pytest.mark.parametrize("case_id, breakage", BROKEN, ids=lambda v: getattr(v, "__name__", v))

@@ -7,7 +7,8 @@
    the heuristic ranks first, against aten.convolution_backward (output mask [True, False, False]);
    `wgmma` draws fp16 and bf16 problems with C*K >= 256 only.
    The depthwise-only families (`dwr`; `dws` and `dwp` in their W-contiguous 1-D/2-D cells) draw depthwise problems: 1-D filters up to 64 taps, 2-D up to
-   13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32."""
+   13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32; `dwm` the 2-D
+   16-bit ones of those layouts that it serves."""
 
 
 import numpy as np
@@ -17,6 +18,7 @@ from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER
 from factory.ops.conv_bwd_data.wgmma import MIN_PRODUCTS as WGMMA_MIN_PRODUCTS
 from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
+from factory.selector import lookup
 from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
 from test_gpu_mma_random import draw
 
@@ -58,6 +60,9 @@ PROBLEMS = [
     (L.GNHWC, D.BF16, "N=3,G=5,C=1,K=1,input=9x11,filter=5x5,stride=2,pad_left=2x1,pad_right=1x2"),
     (L.NGCHW, D.FP32, "N=3,G=37,C=1,K=1,input=14x14,filter=3x3,pad=1"),
     (L.NGCHW_GKYXC, D.INT8, "N=5,G=9,C=1,K=1,input=13x7,filter=7x7,pad=3"),
+    # dwm: warps of several planes (N not a multiple of them), tiles both ways, stride 2 along H only, dilation.
+    (L.NGCHW, D.FP16, "N=9,G=3,C=1,K=1,input=14x14,filter=7x7,pad=3"),
+    (L.NGCHW_GKYXC, D.BF16, "N=5,G=4,C=1,K=1,input=27x23,filter=3x3,stride=2x1,pad=2,dilation=2"),
 ]
 
 
@@ -96,7 +101,8 @@ def _axis_pads(rng: np.random.Generator, span: int) -> tuple[int, int]:
     return int(rng.integers(0, span)), int(rng.integers(0, span))
 
 
-def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1, 2, 2, 3)) -> list:
+def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1, 2, 2, 3),
+                              dtypes: tuple = (D.FP16, D.BF16, D.FP32)) -> list:
     """C = K = 1 problems as networks have them, and odd ones: long 1-D filters, 2-D up to 13x13, 3-D."""
     rng = np.random.default_rng(SEED + 1)
     drawn: list = []
@@ -121,7 +127,7 @@ def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1,
                 f"stride={dims(stride)},dilation={dims(dilation)},"
                 f"pad_left={dims(p[0] for p in pads)},pad_right={dims(p[1] for p in pads)}")
         layout = layouts[int(rng.integers(len(layouts)))]
-        dtype = (D.FP16, D.BF16, D.FP32)[int(rng.integers(3))]  # PyTorch has no int8 backward-data
+        dtype = dtypes[int(rng.integers(len(dtypes)))]  # PyTorch has no int8 backward-data
         try:
             drawn.append(parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA))
         except InvalidProblem:
@@ -145,6 +151,10 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
     if family == "dwp":  # runs of at least four planes (N x G >= 4)
         drawn = [p for p in drawn if p.N * p.G >= DWP_MIN_PLANES]
         assert len(drawn) >= 90
+    if family == "dwm":  # W-contiguous 2-D, 16-bit; the problems it serves (W stride <= 2, planes a warp holds)
+        drawn = [p for p in random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (2,), (D.FP16, D.BF16))
+                 if any(c.family == "dwm" for c in lookup(p, target=target))]
+        assert len(drawn) >= 40
     picks, failures = heuristic_picks(family, drawn, target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements

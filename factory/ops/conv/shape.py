@@ -38,6 +38,13 @@ class Shape:
             return None
         return cls(*parts)
 
+    @classmethod
+    def checked(cls, text: str) -> "Shape":
+        """The shape a params field spells, which its params validated when they were built."""
+        shape = cls.parse(text)
+        assert shape is not None  # checked on the params' construction
+        return shape
+
     def of(self, problem: Any) -> bool:
         return (self.filter, self.stride, self.dilation) == (problem.filter, problem.stride, problem.dilation)
 

@@ -89,9 +89,7 @@ class DwmParams:
 
     @property
     def compiled(self) -> Shape:
-        shape = Shape.parse(self.shape)
-        assert shape is not None  # checked on construction
-        return shape
+        return Shape.checked(self.shape)
 
     @property
     def compiled_plane(self) -> Plane:

@@ -57,9 +57,7 @@ class TileParams:
 
     @property
     def compiled(self) -> Shape:
-        shape = Shape.parse(self.shape)
-        assert shape is not None  # checked on construction
-        return shape
+        return Shape.checked(self.shape)
 
     def tile(self) -> tuple[int, int]:
         """The grad_input positions of a thread's tile along H and W (template TH, TW)."""

@@ -75,9 +75,7 @@ class FusedParams:
 
     @property
     def compiled(self) -> Shape:
-        shape = Shape.parse(self.shape)
-        assert shape is not None  # checked on construction
-        return shape
+        return Shape.checked(self.shape)
 
     def item(self, element_bytes: int) -> int:
         """Channels-last: the channels a thread sums of each of its positions. One load's worth gives a

@@ -218,8 +218,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     _check_family(args.op, args.family)
     if args.problem is not None:
         problem = _problem(args)
-        applicable = lookup(problem, target=args.target)
-        rejected = explain(problem, target=args.target) if args.why else []
+        mine = lambda family: args.family in (None, family)  # noqa: E731  (--family narrows both lists)
+        applicable = [i for i in lookup(problem, target=args.target) if mine(i.family)]
+        rejected = [r for r in explain(problem, target=args.target) if mine(r.instance.family)] if args.why else []
         if args.json:
             _emit_json({
                 "problem": problem.key,

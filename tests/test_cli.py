@@ -236,6 +236,15 @@ def test_list_problem_why_table_counts_the_cell(capsys):
     assert squash(f"not applicable in this cell ({len(same_cell)}); {len(rejected) - len(same_cell)} more") in text
 
 
+def test_list_problem_with_a_family_lists_and_explains_only_that_family(capsys):
+    code, out, _ = run(capsys, "list", *CELL, "--problem", SPEC, "--family", "dwr", "--why", "--json")
+    assert code == 0
+    data = json.loads(out)
+    applicable = [r["name"] for r in data["applicable"]]
+    assert applicable == [i.name for i in lookup(PROBLEM) if i.family == "dwr"] and applicable
+    assert data["rejected"] and all("_dwr_" in r["name"] for r in data["rejected"])
+
+
 # --- bad input -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["list", "query", "tune"])
 @pytest.mark.parametrize("spec, field", [

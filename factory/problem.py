@@ -207,7 +207,8 @@ FLOAT32_MAX = 3.4028234663852886e38
 INT_EPILOGUE_MAX = 2**24
 
 
-def _out_size(size: int, filt: int, stride: int, pad_left: int, pad_right: int, dilation: int) -> int:
+def conv_out_size(size: int, filt: int, stride: int, pad_left: int, pad_right: int, dilation: int) -> int:
+    """A convolution's output size along one dim."""
     return (size + pad_left + pad_right - dilation * (filt - 1) - 1) // stride + 1
 
 
@@ -329,7 +330,7 @@ class ConvProblem:
     @property
     def output(self) -> tuple[int, ...]:
         return tuple(
-            _out_size(self.input[d], self.filter[d], self.stride[d], self.pad[d], self.pad_right[d], self.dilation[d])
+            conv_out_size(self.input[d], self.filter[d], self.stride[d], self.pad[d], self.pad_right[d], self.dilation[d])
             for d in range(self.ndim)
         )
 

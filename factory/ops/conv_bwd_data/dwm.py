@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...device import DeviceTarget, MatrixUnit
-from ...problem import ConvProblem, DType, Layout
+from ...problem import ConvProblem, DType, Layout, conv_out_size
 from ..base import Launch, Struct, params_from_suffix
 from ..conv.shape import CompiledShape, Shape, spell_shape
 from .common import BwdDataFamily
@@ -64,7 +64,7 @@ class Plane:
     def dout(self, shape: Shape) -> tuple[int, int]:
         """grad_output's plane for this plane under `shape`."""
         return tuple(  # type: ignore[return-value]
-            (size + before + after - (f - 1) * d - 1) // s + 1
+            conv_out_size(size, f, s, before, after, d)
             for size, before, after, f, s, d in zip(self.din, self.pad, self.pad_end, hw(shape.filter),
                                                     hw(shape.stride), hw(shape.dilation)))
 
@@ -132,7 +132,7 @@ def buffers_of(p: DwmParams, problem: ConvProblem) -> Buffers:
     (fy, fx), (sh, sw), (dh, dw) = hw(p.compiled.filter), hw(p.compiled.stride), hw(p.compiled.dilation)
     (ho, wo), (hi, wi), pw = problem.output, problem.input, problem.pad[-1]
     nw = 8 * sw
-    hl = max(0, -math.ceil((pw - (fx - 1) * dw) / sw))
+    hl = max(0, ((fx - 1) * dw - pw) // sw)  # minus the first grad_output column a tile reaches
     reach = (nw - 1 + pw) // sw + hl
     tiles_n = math.ceil(wi / nw)
     pitch = (math.ceil(max(8 * (tiles_n - 1) + 16, hl + wo) / 8) | 1) * 8

@@ -211,6 +211,19 @@ CASES = [
          lambda p: p.warps == 1 and p.depth == 1),
     Case("dwm-ngchw-fp16-2d-pad-past-filter", "dwm", L.NGCHW, D.FP16, "N=3,G=2,C=1,K=1,input=6x7,filter=3x3,pad=3",
          lambda p: p.warps == 2 and p.depth == 1),
+    # dwc: channels-last blocks with the grad_output window in shared memory. G not a multiple of a block's
+    # groups, tiles past the plane both ways, stride 2 and 3 (tiles shifted to whole output positions),
+    # dilation, asymmetric padding, 1-D, 8-byte and 16-byte vectors.
+    Case("dwc-nhwgc-fp16-2d-groups-tail", "dwc", L.NHWGC, D.FP16, "N=2,G=40,C=1,K=1,input=9x11,filter=3x3,pad=1",
+         lambda p: p.cv == 8 and p.across == 4 and p.rows == 2),
+    Case("dwc-nhwgc-bf16-2d-s2-d2", "dwc", L.NHWGC, D.BF16,
+         "N=1,G=32,C=1,K=1,input=21x35,filter=5x3,stride=2,pad=3x1,dilation=2x1",
+         lambda p: p.vector == 4 and p.cv == 4 and p.across == 4),
+    Case("dwc-nhwgc-fp32-2d-s3-asym", "dwc", L.NHWGC, D.FP32,
+         "N=2,G=12,C=1,K=1,input=25x50,filter=4x4,stride=1x3,pad_left=1,pad_right=2",
+         lambda p: p.cv == 4 and p.across == 8),
+    Case("dwc-nhwgc-fp16-1d-s2", "dwc", L.NHWGC, D.FP16, "N=3,G=24,C=1,K=1,input=300,filter=7,stride=2,pad=3",
+         lambda p: p.cv == 8 and p.across == 32 and p.run == 4),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),
@@ -305,7 +318,8 @@ def test_dwm_takes_tensors_off_16_bytes_element_by_element(case_id: str, picked:
 
 BROKEN = [("mma-nhwgc-bf16-2d-s2", _fewer_phases), ("direct-ngchw-fp32-2d-s2", _fewer_blocks),
           ("mma-nhwgc-fp16-2d", _fewer_blocks), ("wgmma-nhwgc-fp16-2d-s2", _fewer_blocks),
-          ("dwp-ngchw-fp16-2d-tail", _fewer_blocks), ("dwm-gnhwc-bf16-2d-s2", _fewer_blocks)]
+          ("dwp-ngchw-fp16-2d-tail", _fewer_blocks), ("dwm-gnhwc-bf16-2d-s2", _fewer_blocks),
+          ("dwc-nhwgc-fp32-2d-s3-asym", _fewer_blocks)]
 
 
 @pytest.mark.parametrize("case_id, breakage", BROKEN, ids=lambda v: getattr(v, "__name__", v))

@@ -8,7 +8,7 @@
    `wgmma` draws fp16 and bf16 problems with C*K >= 256 only.
    The depthwise-only families (`dwr`; `dws` and `dwp` in their W-contiguous 1-D/2-D cells) draw depthwise problems: 1-D filters up to 64 taps, 2-D up to
    13x13, 3-D, strides 1-3, dilation 1-2, asymmetric padding, every layout, fp16/bf16/fp32; `dwm` the 2-D
-   16-bit ones of those layouts that it serves."""
+   16-bit ones of those layouts that it serves; `dwc` the channels-last 1-D/2-D ones it serves."""
 
 
 import numpy as np
@@ -151,6 +151,9 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
     if family == "dwp":  # runs of at least four planes (N x G >= 4)
         drawn = [p for p in drawn if p.N * p.G >= DWP_MIN_PLANES]
         assert len(drawn) >= 90
+    if family == "dwc":  # channels-last 1-D/2-D; the problems it serves (G a multiple of a vector, planes a block fits)
+        drawn = [p for p in random_depthwise_problems((L.NHWGC,), (1, 2)) if any(c.family == "dwc" for c in lookup(p, target=target))]
+        assert len(drawn) >= 40
     if family == "dwm":  # W-contiguous 2-D, 16-bit; the problems it serves (W stride <= 2, planes a warp holds)
         drawn = [p for p in random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (2,), (D.FP16, D.BF16))
                  if any(c.family == "dwm" for c in lookup(p, target=target))]

@@ -124,7 +124,8 @@ def test_a_compiled_in_filter_carries_over_to_the_asked_filter(tmp_path, monkeyp
                                Op.CONV_BWD_DATA)
     asked = parse_conv_problem("N=16,G=64,C=1,K=1,input=28x28,filter=5x5,pad=2", Layout.NHWGC, DType.FP16,
                                Op.CONV_BWD_DATA)
-    winner = next(c for c in lookup(tuned) if c.family == "dwr" and c.params.vector == 4 and c.params.run == 2)
+    winner = next(c for c in lookup(tuned) if c.family == "dwc" and c.params.cv == 4 and c.params.across == 4
+                  and c.params.rows == 1)
     with TuningDB(str(tmp_path / "t.sqlite")) as db:
         store(db, tuned, winner.name)
         choice = nearest_choice(asked, db, DEVICE)

@@ -22,7 +22,7 @@ from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.shape import CompiledShape, Shape
 from .common import BwdDataFamily
-from .dwr import DEPTHWISE_LEVEL, MAX_WINDOW, depthwise_refusal, hw
+from .dwr import DEPTHWISE_LEVEL, MAX_WINDOW, WindowRow, depthwise_refusal, hw
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16, DType.FP32) for ndim in (1, 2))
 VECTOR_BYTES_MAX = 16
@@ -34,7 +34,7 @@ DWC_LEVEL = DEPTHWISE_LEVEL + 1.0  # the prior's level, against dwr's (bench/NOT
 
 
 @dataclass(frozen=True)
-class DwcParams:
+class DwcParams(WindowRow):
     threads: int
     vector: int  # consecutive groups a thread (one shared or global access)
     cv: int  # group vectors a block: the block's chunk is cv * vector groups
@@ -71,21 +71,11 @@ class DwcParams:
         th, tw = self.tile()
         return self.across_h * th, self.across * tw
 
-    def window(self) -> tuple[int, int]:
+    def block_window(self) -> tuple[int, int]:
         """grad_output rows and columns a block's tile reaches (the shared window)."""
         (fy, fx), (sh, sw), (dh, dw) = hw(self.compiled.filter), hw(self.compiled.stride), hw(self.compiled.dilation)
         bh, bw = self.block_tile()
         return (bh - 1 + (fy - 1) * dh) // sh + 1, (bw - 1 + (fx - 1) * dw) // sw + 1
-
-    def row_values(self, chunk: int) -> int:
-        """Values a thread holds for one window row when taking `chunk` taps along W at a time."""
-        sw, dw = self.compiled.stride[-1], self.compiled.dilation[-1]
-        return ((self.tile()[1] - 1 + (chunk - 1) * dw + sw - 1) // sw + 1) * self.vector
-
-    def chunk(self) -> int:
-        """Taps along W taken at a time (template XC): the most whose window row fits the budget."""
-        fits = [c for c in range(1, self.compiled.filter[-1] + 1) if self.row_values(c) <= MAX_WINDOW]
-        return max(fits, default=1)
 
     def sums(self) -> int:
         return math.prod(self.tile()) * self.vector
@@ -106,7 +96,7 @@ def pitch_of(p: DwcParams, element_bytes: int) -> int:
     reads of a warp's threads at one step into distinct banks within each 128-byte wavefront (threads
     take vectors first, then tile rows, then tile columns)."""
     access = p.vector * element_bytes
-    _, uwb = p.window()
+    _, uwb = p.block_window()
     cb = p.cv * p.vector
     lanes_a_wavefront = max(1, ACCESS_BYTES_A_WAVEFRONT // access)
     best, best_conflicts = cb * uwb, None
@@ -129,13 +119,13 @@ def pitch_of(p: DwcParams, element_bytes: int) -> int:
 
 
 def shared_bytes(p: DwcParams, element_bytes: int) -> int:
-    uhb, _ = p.window()
+    uhb, _ = p.block_window()
     window = math.ceil(uhb * pitch_of(p, element_bytes) * element_bytes / 16) * 16
     return window + math.prod(p.compiled.filter) * p.cv * p.vector * 4
 
 
 def loads_a_thread(p: DwcParams) -> int:
-    uhb, uwb = p.window()
+    uhb, uwb = p.block_window()
     return math.ceil(uhb * uwb * p.cv / p.threads)
 
 
@@ -173,8 +163,8 @@ class Dwc(CompiledShape, BwdDataFamily):
             return f"vector {p.vector} needs G={problem.G} divisible by it"
         if p.cv > 2 and problem.G <= p.cv * p.vector // 2:
             return f"a chunk of {p.cv * p.vector} groups is more than twice G={problem.G}"
-        if p.row_values(1) > MAX_WINDOW:
-            return f"a window row of {p.row_values(1)} values passes the register budget ({MAX_WINDOW})"
+        if p.window(1) > MAX_WINDOW:
+            return f"a window row of {p.window(1)} values passes the register budget ({MAX_WINDOW})"
         (bh, bw), (hi, wi) = p.block_tile(), hw(problem.input)
         if bh > 2 * hi or bw > 2 * wi:
             return f"a block tile of {bh}x{bw} is more than twice the {hi}x{wi} plane (half its threads idle)"
@@ -206,7 +196,7 @@ def plane_cover(p: DwcParams, problem: ConvProblem) -> float:
 
 def halo_loads(p: DwcParams, problem: ConvProblem) -> float:
     """grad_output positions a block loads per grad_output position its tile needs (1 without a halo)."""
-    (uhb, uwb), (bh, bw), (sh, sw) = p.window(), p.block_tile(), hw(problem.stride)
+    (uhb, uwb), (bh, bw), (sh, sw) = p.block_window(), p.block_tile(), hw(problem.stride)
     return uhb * uwb * sh * sw / (bh * bw)
 
 

@@ -72,19 +72,14 @@ class TileParams:
         return values
 
 
-@dataclass(frozen=True)
-class DwrParams(TileParams):
-    vector: int = 1  # consecutive groups per thread (NHWGC only)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.vector not in (1, 2, 4, 8):
-            raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8")
+class WindowRow:
+    """A thread's window row in registers (dwr, dwc; the params give `compiled`, `vector` and `tile()`):
+    a tile `tile()[1]` positions wide for `vector` groups, the filter's taps along W taken `chunk()` at a
+    time so that the row fits the budget."""
 
     def window(self, chunk: int) -> int:
         """Values a thread holds for one window row when taking `chunk` filter taps along W at a time."""
-        shape = self.compiled
-        sw, dw = shape.stride[-1], shape.dilation[-1]
+        sw, dw = self.compiled.stride[-1], self.compiled.dilation[-1]
         return ((self.tile()[1] - 1 + (chunk - 1) * dw + sw - 1) // sw + 1) * self.vector
 
     def chunk(self) -> int:
@@ -92,6 +87,16 @@ class DwrParams(TileParams):
         (at least one; why_not refuses a point where even one does not fit)."""
         fits = [c for c in range(1, self.compiled.filter[-1] + 1) if self.window(c) <= MAX_WINDOW]
         return max(fits, default=1)
+
+
+@dataclass(frozen=True)
+class DwrParams(WindowRow, TileParams):
+    vector: int = 1  # consecutive groups per thread (NHWGC only)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.vector not in (1, 2, 4, 8):
+            raise ValueError(f"vector {self.vector} must be 1, 2, 4 or 8")
 
     def suffix(self) -> str:
         return f"t{self.threads}_v{self.vector}_b{self.rows}x{self.run}_{self.shape}"

@@ -127,3 +127,16 @@ def test_the_copy_back_refuses_inputs_past_its_grid() -> None:
     assert "copying grad_input back" in family.why_not_here(params, long_1d, H100)
     fits = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4194240,filter=3,pad=1", Layout.NGCHW, DType.FP16)
     assert family.why_not_here(params, fits, H100) is None
+
+
+def test_depthwise_problems_are_left_to_the_depthwise_families():
+    """C = K = 1: no matrix-engine candidate (their best took 1.9-500x the best time on the H100), while
+    the portable depthwise families still serve every target, AMD included."""
+    for target in (H100, TARGETS["gfx90a"]):
+        for layout in Layout:
+            problem = SOLVER.parse_problem("N=2,G=8,C=1,K=1,input=9x7,filter=3x3,pad=1", layout, DType.FP16)
+            families = {i.family for i in lookup(problem, target=target)}
+            assert not families & {"mma", "wgmma", "mfma"}, (target.arch, layout, families)
+            assert {"direct", "dwr"} <= families, (target.arch, layout, families)
+    dense = SOLVER.parse_problem("N=2,G=8,C=2,K=1,input=9x7,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    assert "mma" in {i.family for i in lookup(dense, target=H100)}

@@ -11,6 +11,7 @@ Filter, stride and dilation are compiled in (`shape`), so every tap-to-window ma
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -44,8 +45,8 @@ class DwcParams(WindowRow):
     shape: str  # the compiled-in filter, stride and dilation
 
     def __post_init__(self) -> None:
-        if self.vector not in (2, 4, 8) or self.cv not in (2, 4, 8, 16):
-            raise ValueError(f"vector {self.vector} must be 2, 4 or 8 and cv {self.cv} 2, 4, 8 or 16")
+        if self.vector not in (4, 8) or self.cv not in (4, 8, 16):
+            raise ValueError(f"vector {self.vector} must be 4 or 8 and cv {self.cv} 4, 8 or 16")
         if self.threads not in (64, 128, 256, 512) or self.threads % (self.cv * self.across):
             raise ValueError(f"threads {self.threads} must be 64-512 and a multiple of cv x across "
                              f"({self.cv} x {self.across})")
@@ -91,6 +92,7 @@ class DwcParams(WindowRow):
         return f"t{self.threads}_v{self.vector}_c{self.cv}_a{self.across}_b{self.rows}x{self.run}_{self.shape}"
 
 
+@functools.lru_cache(maxsize=None)
 def pitch_of(p: DwcParams, element_bytes: int) -> int:
     """The window's row pitch in elements: at least a row's columns, and the first that puts the vector
     reads of a warp's threads at one step into distinct banks within each 128-byte wavefront (threads
@@ -161,7 +163,7 @@ class Dwc(CompiledShape, BwdDataFamily):
             return refusal
         if problem.G % p.vector:
             return f"vector {p.vector} needs G={problem.G} divisible by it"
-        if p.cv > 2 and problem.G <= p.cv * p.vector // 2:
+        if problem.G <= p.cv * p.vector // 2:
             return f"a chunk of {p.cv * p.vector} groups is more than twice G={problem.G}"
         if p.window(1) > MAX_WINDOW:
             return f"a window row of {p.window(1)} values passes the register budget ({MAX_WINDOW})"
@@ -171,13 +173,12 @@ class Dwc(CompiledShape, BwdDataFamily):
         shared = shared_bytes(p, problem.dtype.tensor.nbytes)
         if shared > target.shared_optin:
             return f"the window and taps need {shared} bytes of shared memory"
-        if _tiles(p, problem) * math.ceil(problem.G / (p.cv * p.vector)) * problem.N >= 2**31:
+        if _items(p, problem) >= 2**31:
             return "too many tiles for the grid"
         return None
 
     def main_launch(self, p: DwcParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
-        items = _tiles(p, problem) * math.ceil(problem.G / (p.cv * p.vector)) * problem.N
-        return Launch("kf_main", (items, 1, 1), (p.threads, 1, 1), (args,),
+        return Launch("kf_main", (_items(p, problem), 1, 1), (p.threads, 1, 1), (args,),
                       shared_bytes=shared_bytes(p, problem.dtype.tensor.nbytes))
 
     def heuristic_score(self, p: DwcParams, problem: ConvProblem, target: DeviceTarget) -> float:
@@ -204,3 +205,8 @@ def _tiles(p: DwcParams, problem: ConvProblem) -> int:
     """Block tiles of a plane (a tile may start up to stride - 1 positions early)."""
     (sh, sw), (bh, bw), (hi, wi) = hw(problem.stride), p.block_tile(), hw(problem.input)
     return math.ceil((hi + sh - 1) / bh) * math.ceil((wi + sw - 1) / bw)
+
+
+def _items(p: DwcParams, problem: ConvProblem) -> int:
+    """Blocks of the launch: one per tile, chunk of groups and image."""
+    return _tiles(p, problem) * math.ceil(problem.G / (p.cv * p.vector)) * problem.N

@@ -20,6 +20,11 @@ def spell_shape(filt: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[
     return f"k{dims(filt)}s{dims(stride)}d{dims(dilation)}"
 
 
+def hw(values: tuple[int, ...]) -> tuple[int, int]:
+    """The H and W entries of a per-dimension tuple (H = 1 for 1-D)."""
+    return (values[-2] if len(values) > 1 else 1), values[-1]
+
+
 @dataclass(frozen=True)
 class Shape:
     """A compiled-in filter, stride and dilation (one entry per spatial dim)."""

@@ -21,15 +21,13 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
+from ..conv.bank_pitch import ThreadTiles, conflict_free_pitch
 from ..conv.shape import CompiledShape, Shape
 from .common import BwdDataFamily
 from .dwr import DEPTHWISE_LEVEL, MAX_WINDOW, WindowRow, depthwise_refusal, hw
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16, DType.FP32) for ndim in (1, 2))
 VECTOR_BYTES_MAX = 16
-BANK_BYTES = 4
-BANKS = 32
-ACCESS_BYTES_A_WAVEFRONT = 128  # shared memory serves a warp's wide accesses 128 bytes at a time
 BATCH_MAX = 8  # window loads a thread keeps in flight before storing them
 DWC_LEVEL = DEPTHWISE_LEVEL + 1.0  # the prior's level, against dwr's (bench/NOTES.md 68)
 
@@ -94,30 +92,12 @@ class DwcParams(WindowRow):
 
 @functools.lru_cache(maxsize=None)
 def pitch_of(p: DwcParams, element_bytes: int) -> int:
-    """The window's row pitch in elements: at least a row's columns, and the first that puts the vector
-    reads of a warp's threads at one step into distinct banks within each 128-byte wavefront (threads
-    take vectors first, then tile rows, then tile columns)."""
-    access = p.vector * element_bytes
+    """The window's row pitch in elements: at least a row's columns, free of bank conflicts for the
+    threads' reads of one step (a thread tile is `rows` window rows and `run` positions of the chunk)."""
     _, uwb = p.block_window()
     cb = p.cv * p.vector
-    lanes_a_wavefront = max(1, ACCESS_BYTES_A_WAVEFRONT // access)
-    best, best_conflicts = cb * uwb, None
-    for pitch in range(cb * uwb, cb * uwb + ACCESS_BYTES_A_WAVEFRONT // element_bytes + 1, p.vector):
-        conflicts = 0
-        for first in range(0, min(32, p.threads), lanes_a_wavefront):
-            banks: dict[int, set[int]] = {}
-            for lane in range(first, min(first + lanes_a_wavefront, p.threads)):
-                v, q = lane % p.cv, lane // p.cv
-                ph, pw = q % p.across_h, q // p.across_h
-                start = (ph * p.rows * pitch + pw * p.run * cb + v * p.vector) * element_bytes
-                for word in range(start // BANK_BYTES, (start + access) // BANK_BYTES):
-                    banks.setdefault(word % BANKS, set()).add(word)
-            conflicts = max(conflicts, max(len(words) for words in banks.values()))
-        if best_conflicts is None or conflicts < best_conflicts:
-            best, best_conflicts = pitch, conflicts
-        if conflicts == 1:
-            break
-    return best
+    tiles = ThreadTiles(p.threads, p.cv, p.vector, p.across_h, row_step=p.rows, col_step=p.run * cb)
+    return conflict_free_pitch(tiles, cb * uwb, element_bytes)
 
 
 def shared_bytes(p: DwcParams, element_bytes: int) -> int:

@@ -21,7 +21,7 @@ from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from .common import BwdDataFamily, vector_score
-from ..conv.shape import CompiledShape, Shape
+from ..conv.shape import CompiledShape, Shape, hw
 from .direct import BLOCKS_MAX
 
 # Register budget, in accumulator-sized values per thread: the tile's sums, and the window row of one
@@ -103,11 +103,6 @@ class DwrParams(WindowRow, TileParams):
 
     def template_values(self) -> dict[str, Any]:
         return super().template_values() | {"vector": self.vector, "chunk": self.chunk()}
-
-
-def hw(values: tuple[int, ...]) -> tuple[int, int]:
-    """The H and W entries of a per-dimension tuple (H = 1 for 1-D)."""
-    return (values[-2] if len(values) > 1 else 1), values[-1]
 
 
 _SUFFIX_RE = re.compile(r"t(?P<threads>\d+)_v(?P<vector>\d+)_b(?P<rows>\d+)x(?P<run>\d+)_(?P<shape>[a-z0-9x]+)")

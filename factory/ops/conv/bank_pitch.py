@@ -1,0 +1,52 @@
+"""Row pitches for tiles kept in shared memory, chosen so a warp's vector reads of one step fall into
+distinct banks: the channels-last depthwise families (`dwc` backward-data, `dwl` backward-weight) lay a
+tile out as rows of positions x a chunk of groups, and their threads read `vector` groups each, the
+threads of a warp taking group vectors first, then thread tiles down the rows, then across the columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BANK_BYTES = 4
+BANKS = 32
+ACCESS_BYTES_A_WAVEFRONT = 128  # shared memory serves a warp's wide accesses 128 bytes at a time
+WARP = 32
+
+
+@dataclass(frozen=True)
+class ThreadTiles:
+    """How a block's threads read a shared tile: `cv` group vectors of `vector` elements side by side,
+    then `across_h` thread tiles `row_step` rows apart, then thread tiles `col_step` elements apart
+    along a row."""
+
+    threads: int
+    cv: int
+    vector: int
+    across_h: int
+    row_step: int
+    col_step: int
+
+
+def conflict_free_pitch(tiles: ThreadTiles, least: int, element_bytes: int) -> int:
+    """The row pitch in elements: at least `least`, stepping by the vector, and the first that puts the
+    reads of a warp's threads at one step into distinct banks within each 128-byte wavefront (else the
+    one with the fewest words on one bank)."""
+    access = tiles.vector * element_bytes
+    lanes_a_wavefront = max(1, ACCESS_BYTES_A_WAVEFRONT // access)
+    best, best_conflicts = least, None
+    for pitch in range(least, least + ACCESS_BYTES_A_WAVEFRONT // element_bytes + 1, tiles.vector):
+        conflicts = 0
+        for first in range(0, min(WARP, tiles.threads), lanes_a_wavefront):
+            banks: dict[int, set[int]] = {}
+            for lane in range(first, min(first + lanes_a_wavefront, tiles.threads)):
+                v, q = lane % tiles.cv, lane // tiles.cv
+                ph, pw = q % tiles.across_h, q // tiles.across_h
+                start = (ph * tiles.row_step * pitch + pw * tiles.col_step + v * tiles.vector) * element_bytes
+                for word in range(start // BANK_BYTES, (start + access) // BANK_BYTES):
+                    banks.setdefault(word % BANKS, set()).add(word)
+            conflicts = max(conflicts, max(len(words) for words in banks.values()))
+        if best_conflicts is None or conflicts < best_conflicts:
+            best, best_conflicts = pitch, conflicts
+        if conflicts == 1:
+            break
+    return best

@@ -101,3 +101,19 @@ def test_dwt_is_not_picked_where_dwr_serves():
     problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem("N=4,G=111,C=1,K=1,input=8x8,filter=5x5,pad=2",
                                                            Layout.NGCHW, DType.FP16)
     assert heuristic_pick(problem, target=H100).family != "dwt"
+
+
+# dwl on the H100 (bench/NOTES.md 70, bench/results/h100-dwl/): held-out channels-last 3x3 layer
+# 34x62 G=64 N=32, dwl's best 1.11x faster than any other family's (dwh picked before: 1.67x the best);
+# ConvNeXt-T's 28x28 7x7 layer, dwh's best 1.39x faster than dwl's; 1-D, dwl 1.26-1.32x faster than dwr at
+# 15 taps, dwr 1.52x faster at 31 taps and 1.88x at 51.
+@pytest.mark.parametrize(("spec", "family"), [
+    ("N=32,G=64,C=1,K=1,input=34x62,filter=3x3,pad=1", "dwl"),
+    ("N=64,G=192,C=1,K=1,input=28x28,filter=7x7,pad=3", "dwh"),
+    ("N=32,G=256,C=1,K=1,input=2048,filter=15,pad=7", "dwl"),
+    ("N=16,G=256,C=1,K=1,input=1000,filter=31,pad=15", "dwr"),
+    ("N=8,G=128,C=1,K=1,input=857,filter=51,pad=25", "dwr"),
+])
+def test_channels_last_depthwise_goes_to_dwl_up_to_the_filters_it_was_measured_faster_on(spec, family):
+    problem = solver_for(Op.CONV_BWD_WEIGHT).parse_problem(spec, Layout.NHWGC, DType.FP16)
+    assert heuristic_pick(problem, target=H100).family == family

@@ -114,6 +114,20 @@ CASES = [
          R.DIRECT, lambda p: p.ahead == 2 and p.rows == 16),
     Case("dwh-ngchw-fp16-stride-at-run-time", "dwh", L.NGCHW, D.FP16, "N=35,G=5,C=1,K=1,input=40x23,filter=3x3,pad=1", R.ATOMIC,
          lambda p: p.w_stride == 0),
+    # dwl: channels-last depthwise, each tile's gradient and input window in shared memory. Blocks that walk
+    # several tiles (items past the split), tiles past the plane, a chunk past G, strides 2 and 3 with
+    # dilation, asymmetric padding, 1-D, 4-, 8- and 16-byte vectors, one and two windows in shared memory.
+    Case("dwl-nhwgc-fp16-2d-walk", "dwl", L.NHWGC, D.FP16, "N=40,G=64,C=1,K=1,input=13x11,filter=3x3,pad=1", R.TWOSTAGE,
+         lambda p: p.vector == 4 and p.cv == 16 and p.rows == 2 and p.across == 4 and p.split_k == 64 and p.stages == 2),
+    Case("dwl-nhwgc-bf16-2d-s2-d2", "dwl", L.NHWGC, D.BF16, "N=70,G=40,C=1,K=1,input=21x19,filter=3x3,stride=2,pad=2x1,dilation=2x1",
+         R.TWOSTAGE, lambda p: p.vector == 2 and p.split_k == 64 and p.stages == 1),
+    Case("dwl-nhwgc-fp32-2d-s3-asym-chunk-past-g", "dwl", L.NHWGC, D.FP32,
+         "N=40,G=24,C=1,K=1,input=30x31,filter=4x4,stride=3,pad_left=1,pad_right=2", R.TWOSTAGE,
+         lambda p: p.vector == 4 and p.cv == 8 and p.split_k == 64 and p.stages == 1),
+    Case("dwl-nhwgc-bf16w-1d-f15", "dwl", L.NHWGC, D.BF16_FP32W, "N=70,G=48,C=1,K=1,input=301,filter=15,pad=7", R.TWOSTAGE,
+         lambda p: p.vector == 2 and p.split_k == 64 and p.stages == 2),
+    Case("dwl-nhwgc-fp16-1d-s2-d2", "dwl", L.NHWGC, D.FP16, "N=70,G=32,C=1,K=1,input=200,filter=5,stride=2,pad=3,dilation=2",
+         R.TWOSTAGE, lambda p: p.vector == 4 and p.split_k == 64),
     # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

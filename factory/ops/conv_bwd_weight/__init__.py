@@ -9,6 +9,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dwt`: depthwise 1-D/2-D with the input window of an output tile staged in shared memory.
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
 - `dwh`: depthwise 2-D, filter compiled in; a thread walks a strip of output rows, its gradient window in registers.
+- `dwl`: depthwise channels-last 1-D/2-D, filter compiled in; each tile's gradient and input window copied into shared memory.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
 - `wgmma`: the same on Hopper's warpgroup MMA (templates/common/wgmma.h), sm_90a.
 - `mfma`: the same on AMD CDNA matrix cores (templates/common/mfma.h), 64-lane wavefronts.
@@ -29,6 +30,7 @@ from .common import D_INPUT, OUTPUT, TENSORS, Reduction
 from .dl import Dl, DlParams
 from .dw import Dw, DwParams
 from .dwh import Dwh
+from .dwl import Dwl
 from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
 from .mfma import Mfma, MfmaParams
@@ -42,7 +44,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Mma(), Wgmma(), Mfma(), Pw())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Dwl(), Mma(), Wgmma(), Mfma(), Pw())
     # Leave-one-out over 11 H100 DBs pooled (574 problems, as the shipped winners pool them): neighbours
     # within 5 served 130 problems at 1.244x the winner where the prior gave 1.168x; within 2, 13 at 1.232x
     # against 1.339x. AUTO over all 1.165x at reach 5, 1.146x at 2 (bench/NOTES.md 63; the reach of 5 was

@@ -1,16 +1,19 @@
-"""Row pitches for tiles kept in shared memory, chosen so a warp's vector reads of one step fall into
-distinct banks: the channels-last depthwise families (`dwc` backward-data, `dwl` backward-weight) lay a
-tile out as rows of positions x a chunk of groups, and their threads read `vector` groups each, the
-threads of a warp taking group vectors first, then thread tiles down the rows, then across the columns."""
+"""What the channels-last depthwise tile families (`dwc` backward-data, `dwl` backward-weight) share. They
+lay a tile out in shared memory as rows of positions x a chunk of groups, and their threads read `vector`
+groups each, the threads of a warp taking group vectors first, then thread tiles down the rows, then
+across the columns: row pitches chosen so a warp's reads of one step fall into distinct banks, and the
+cells a tuning point fits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 BANK_BYTES = 4
 BANKS = 32
 ACCESS_BYTES_A_WAVEFRONT = 128  # shared memory serves a warp's wide accesses 128 bytes at a time
 WARP = 32
+VECTOR_BYTES_MAX = 16
 
 
 @dataclass(frozen=True)
@@ -50,3 +53,11 @@ def conflict_free_pitch(tiles: ThreadTiles, least: int, element_bytes: int) -> i
         if conflicts == 1:
             break
     return best
+
+
+def tile_point_fits(params: Any, element_bytes: int, ndim: int) -> bool:
+    """Whether a tile point fits a cell: its compiled filter has the cell's rank, a 1-D point is one thread
+    tile tall, and a thread's vector is one access of at most 16 bytes."""
+    if len(params.compiled.filter) != ndim or (ndim == 1 and params.across_h * params.rows != 1):
+        return False
+    return params.vector * element_bytes <= VECTOR_BYTES_MAX

@@ -21,13 +21,12 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
-from ..conv.bank_pitch import ThreadTiles, conflict_free_pitch
+from ..conv.bank_pitch import ThreadTiles, conflict_free_pitch, tile_point_fits
 from ..conv.shape import CompiledShape, Shape
 from .common import BwdDataFamily
 from .dwr import DEPTHWISE_LEVEL, MAX_WINDOW, WindowRow, depthwise_refusal, hw
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16, DType.FP32) for ndim in (1, 2))
-VECTOR_BYTES_MAX = 16
 BATCH_MAX = 8  # window loads a thread keeps in flight before storing them
 DWC_LEVEL = DEPTHWISE_LEVEL + 1.0  # the prior's level, against dwr's (bench/NOTES.md 68)
 
@@ -128,9 +127,7 @@ class Dwc(CompiledShape, BwdDataFamily):
         return CELLS
 
     def cell_allows(self, params: DwcParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        if len(params.compiled.filter) != ndim or (ndim == 1 and params.across_h * params.rows != 1):
-            return False
-        return params.vector * dtype.tensor.nbytes <= VECTOR_BYTES_MAX
+        return tile_point_fits(params, dtype.tensor.nbytes, ndim)
 
     def template_values(self, params: DwcParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
         values = super().template_values(params, layout, dtype, ndim)

@@ -24,13 +24,12 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
-from ..conv.bank_pitch import WARP, ThreadTiles, conflict_free_pitch
+from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, ThreadTiles, conflict_free_pitch, tile_point_fits
 from ..conv.shape import CompiledShape, Shape, hw
 from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim)
                   for dtype in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32) for ndim in (1, 2))
-VECTOR_BYTES_MAX = 16
 MAX_SUMS = 112  # per-tap sums and output-gradient values a thread holds in registers
 ACC_BYTES = 4
 
@@ -155,16 +154,14 @@ class Dwl(CompiledShape, BwdWeightFamily):
     params_type = DwlParams
     suffix_re = _SUFFIX_RE
     description = ("depthwise (C = K = 1), channels-last, 1-D/2-D: a block per chunk of groups walks tiles of "
-                   "output positions, each tile's gradient and input window copied into shared memory once; "
-                   "filter, stride, dilation compiled in")
+                   "output positions, each tile's input window copied into shared memory once, its gradient read "
+                   "into registers; filter, stride, dilation compiled in")
 
     def supported_cells(self) -> frozenset:
         return CELLS
 
     def cell_allows(self, params: DwlParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        if len(params.compiled.filter) != ndim or (ndim == 1 and params.across_h * params.rows != 1):
-            return False
-        return params.vector * dtype.tensor.nbytes <= VECTOR_BYTES_MAX
+        return tile_point_fits(params, dtype.tensor.nbytes, ndim)
 
     def parse_suffix(self, suffix: str) -> DwlParams | None:
         return params_from_suffix(self.suffix_re, DwlParams, suffix, {"shape": str, "reduction": Reduction})

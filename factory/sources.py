@@ -18,8 +18,8 @@ from .codegen import render, source_hash
 
 # Sources are ~10-50 KB. A served Kernel needs its text once, to hit the compile cache; a tune needs every
 # candidate's twice (its hash for the DB, then its text to compile), so the cache holds a large tune's
-# candidates (257 for a depthwise problem) instead of rendering each again.
-_TEXTS_KEPT = 512
+# candidates (499 for a channels-last depthwise problem) instead of rendering each again.
+_TEXTS_KEPT = 1024
 
 
 @dataclass(frozen=True)

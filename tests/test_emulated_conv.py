@@ -118,7 +118,7 @@ CASES = [
     # several tiles (items past the split), tiles past the plane, a chunk past G, strides 2 and 3 with
     # dilation, asymmetric padding, 1-D, 4-, 8- and 16-byte vectors, one and two windows in shared memory.
     Case("dwl-nhwgc-fp16-2d-walk", "dwl", L.NHWGC, D.FP16, "N=40,G=64,C=1,K=1,input=13x11,filter=3x3,pad=1", R.TWOSTAGE,
-         lambda p: p.vector == 4 and p.cv == 16 and p.rows == 2 and p.across == 4 and p.split_k == 64 and p.stages == 2),
+         lambda p: p.vector == 4 and p.cv == 16 and p.rows == 2 and p.across == 2 and p.split_k == 16 and p.stages == 2),
     Case("dwl-nhwgc-bf16-2d-s2-d2", "dwl", L.NHWGC, D.BF16, "N=70,G=40,C=1,K=1,input=21x19,filter=3x3,stride=2,pad=2x1,dilation=2x1",
          R.TWOSTAGE, lambda p: p.vector == 2 and p.split_k == 64 and p.stages == 1),
     Case("dwl-nhwgc-fp32-2d-s3-asym-chunk-past-g", "dwl", L.NHWGC, D.FP32,

@@ -320,7 +320,7 @@ def test_every_catalog_instance_renders_a_distinct_hash_per_name():
 
 def test_a_large_tunes_candidates_are_rendered_once_each(monkeypatch):
     """A tune takes each candidate's hash (for the DB) and then its text (to compile): the second must
-    come from the cache, not a second render, for a depthwise problem's 257 candidates."""
+    come from the cache, not a second render, for a channels-last depthwise problem's 499 candidates."""
     from collections import Counter
 
     from factory import sources

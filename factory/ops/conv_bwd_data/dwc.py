@@ -22,9 +22,9 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.bank_pitch import ThreadTiles, conflict_free_pitch, tile_point_fits
-from ..conv.shape import CompiledShape, Shape
+from ..conv.shape import CompiledShape, Shape, hw
 from .common import BwdDataFamily
-from .dwr import DEPTHWISE_LEVEL, MAX_WINDOW, WindowRow, depthwise_refusal, hw
+from .dwr import DEPTHWISE_LEVEL, MAX_WINDOW, WindowRow, depthwise_refusal
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16, DType.FP32) for ndim in (1, 2))
 BATCH_MAX = 8  # window loads a thread keeps in flight before storing them

@@ -21,10 +21,10 @@ from typing import Any
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout, conv_out_size
 from ..base import Launch, Struct, params_from_suffix
-from ..conv.shape import CompiledShape, Shape, spell_shape
+from ..conv.shape import CompiledShape, Shape, spell_shape, hw
 from .common import BwdDataFamily
 from .dwp import DWP_LEVEL
-from .dwr import W_CONTIGUOUS, depthwise_refusal, hw
+from .dwr import W_CONTIGUOUS, depthwise_refusal
 
 CELLS = frozenset((layout, dtype, 2) for layout in W_CONTIGUOUS for dtype in (DType.FP16, DType.BF16))
 WARPS = (1, 2, 4, 8)

@@ -19,9 +19,9 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
-from ..conv.shape import CompiledShape
+from ..conv.shape import CompiledShape, hw
 from .common import ALL_CELLS, BwdDataFamily, result_scalar
-from .dwr import DEPTHWISE_LEVEL, W_CONTIGUOUS, TileParams, depthwise_refusal, hw
+from .dwr import DEPTHWISE_LEVEL, W_CONTIGUOUS, TileParams, depthwise_refusal
 from .dws import tile_grid, window_extent
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)

@@ -23,8 +23,8 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
-from ..conv.shape import CompiledShape
-from .dwr import DEPTHWISE_LEVEL, W_CONTIGUOUS, TileParams, depthwise_refusal, hw, tile_score
+from ..conv.shape import CompiledShape, hw
+from .dwr import DEPTHWISE_LEVEL, W_CONTIGUOUS, TileParams, depthwise_refusal, tile_score
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[0] in W_CONTIGUOUS and cell[2] <= 2)
 ACC_BYTES = 4  # the window is staged as accumulator values (float or int)

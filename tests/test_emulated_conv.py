@@ -128,6 +128,22 @@ CASES = [
          lambda p: p.vector == 2 and p.split_k == 64 and p.stages == 2),
     Case("dwl-nhwgc-fp16-1d-s2-d2", "dwl", L.NHWGC, D.FP16, "N=70,G=32,C=1,K=1,input=200,filter=5,stride=2,pad=3,dilation=2",
          R.TWOSTAGE, lambda p: p.vector == 4 and p.split_k == 64),
+    # gwl: grouped channels-last on matrix instructions, each tile's window and gradient in shared memory.
+    # A walk over several tiles, a chunk past G, tiles past the plane, stride 2 with dilation, K not a
+    # multiple of 16 (row tiles past K), column tiles split across warps (a set left short), fp32 steps of
+    # 8 positions (atomics into the fp32 weight), 1-D, both layouts, two and three stages.
+    Case("gwl-nhwgc-fp16-2d-walk", "gwl", L.NHWGC, D.FP16, "N=6,G=5,C=16,K=16,input=13x21,filter=3x3,pad=1", R.TWOSTAGE,
+         lambda p: p.groups == 2 and p.stages == 3 and p.split_k == 8),
+    Case("gwl-gnhwc-bf16-2d-s2-d2-k24", "gwl", L.GNHWC, D.BF16,
+         "N=5,G=3,C=8,K=24,input=21x35,filter=3x3,stride=2,pad=2x1,dilation=2", R.TWOSTAGE,
+         lambda p: p.tiles == 6 and p.stages == 2 and p.rows >= 2),
+    Case("gwl-nhwgc-fp32-2d-asym-k8", "gwl", L.NHWGC, D.FP32,
+         "N=4,G=2,C=24,K=8,input=15x33,filter=4x3,stride=1x2,pad_left=1,pad_right=2", R.ATOMIC,
+         lambda p: p.tiles == 4 and p.stages == 2),
+    Case("gwl-nhwgc-bf16w-1d-f7", "gwl", L.NHWGC, D.BF16_FP32W, "N=5,G=4,C=32,K=16,input=301,filter=7,pad=3", R.TWOSTAGE,
+         lambda p: p.tiles == 9 and p.stages == 2),
+    Case("gwl-gnhwc-fp16-1d-s2-d2", "gwl", L.GNHWC, D.FP16, "N=3,G=2,C=8,K=8,input=200,filter=5,stride=2,pad=3,dilation=2",
+         R.TWOSTAGE, lambda p: p.groups == 2 and p.split_k == 8),
     # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -1,0 +1,73 @@
+"""On a GPU: `gwl` (grouped channels-last backward-weight on matrix instructions, windows in shared
+memory) against PyTorch (cuDNN) on 50 seeded random grouped shapes it serves.
+
+Shapes: C and K per group drawn from 8-64 (multiples of 8, K not always a multiple of 16), G 1-40, 1-D
+filters of 2-31 taps and 2-D k x l up to 7 x 7, stride 1-2, dilation 1-2, N 1-12, spatial sizes that are
+multiples of nothing, NHWGC and GNHWC, fp16, bf16, bf16 with an fp32 weight gradient, fp32. For each, the
+instance the heuristic ranks first, the one with the fewest splits, and the best-ranked of each stage
+count run through Kernel.run on PyTorch tensors (outputs poisoned first) and must agree with
+aten.convolution_backward as `kfactory bench` requires."""
+
+import numpy as np
+import pytest
+
+from factory.catalog import specialized_instances
+from factory.device import target_for
+from factory.ops.conv_bwd_weight import SOLVER
+from factory.problem import DType, Layout, parse_conv_problem
+from gpu_against_torch import run_against_pytorch
+
+pytestmark = pytest.mark.gpu
+
+SEED = 5050
+COUNT = 50
+DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)
+LAYOUTS = (Layout.NHWGC, Layout.GNHWC)
+CHANNELS = (8, 16, 24, 32, 48, 64)
+
+
+def draw(rng: np.random.Generator) -> str:
+    """One grouped problem: 1-D (30 %) or 2-D (70 %)."""
+    c, k = (int(rng.choice(CHANNELS)) for _ in range(2))
+    g = int(rng.integers(1, 41))
+    n = int(rng.integers(1, 13))
+    stride = int(rng.choice([1, 1, 2]))
+    dilation = int(rng.choice([1, 1, 2])) if stride == 1 else 1
+    if rng.random() < 0.3:
+        filt = [int(rng.integers(2, 32))]
+        sizes = [int(rng.integers(max(filt[0] * dilation, 40), 700))]
+    else:
+        f = int(rng.integers(1, 8))
+        filt = [f, f if rng.random() < 0.7 else int(rng.integers(1, 8))]
+        sizes = [int(rng.integers(max(v * dilation, 5), 50)) for v in filt]
+    pad = [dilation * (v - 1) // 2 for v in filt]
+    x = "x".join
+    return (f"N={n},G={g},C={c},K={k},input={x(map(str, sizes))},filter={x(map(str, filt))},"
+            f"stride={stride},pad={x(map(str, pad))},dilation={dilation}")
+
+
+def test_gwl_matches_pytorch_on_random_shapes(gpu_backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    target = target_for(gpu_backend.device_info())
+    rng = np.random.default_rng(SEED)
+    runs, shapes = [], 0
+    while shapes < COUNT:
+        layout = LAYOUTS[int(rng.integers(len(LAYOUTS)))]
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        problem = parse_conv_problem(draw(rng), layout, dtype)
+        own = [c for c in specialized_instances(problem) if c.family == "gwl" and c.why_not(problem, target) is None]
+        if not own:
+            continue
+        shapes += 1
+        score = lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target)  # noqa: E731
+        picks = [max(own, key=score), min(own, key=lambda c: (c.params.split_k, c.name))]
+        picks += [max((c for c in own if c.params.stages == s), key=score)
+                  for s in sorted({c.params.stages for c in own})]
+        runs += [(problem, c) for c in dict.fromkeys(picks)]
+    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
+    print(f"{ran} runs of gwl instances on {shapes} random grouped channels-last shapes against PyTorch, "
+          f"{len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    assert ran >= COUNT

@@ -1,6 +1,6 @@
 """Time instances of one problem against PyTorch's own op, without verification (a quick look at speed).
 
-    python scripts/time_instances.py OP LAYOUT DTYPE SPEC [--family F] [--top K] [--show N]
+    python scripts/time_instances.py OP LAYOUT DTYPE SPEC [--family F] [--top K] [--show N] [--per-family]
 
 Every applicable instance (or the heuristic's first K of family F) is compiled in worker processes,
 then each runs 5 warm-up calls and 20 timed ones (device events, L2 flushed before each, median),
@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--family")
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--show", type=int, default=12, help="print the fastest SHOW (default 12)")
+    parser.add_argument("--per-family", action="store_true", help="then the fastest of each family")
     args = parser.parse_args()
     try:
         solver = solver_for(Op.parse(args.op))
@@ -91,6 +92,14 @@ def main() -> None:
         rows.append((ours, c.name))
     for ours, name in sorted(rows)[:args.show]:
         print(f"  {ours:9.1f} us  {theirs / ours:5.2f}x  {100 * floor / ours:4.0f} %  {name}")
+    if args.per_family:
+        family_of = {c.name: c.family for c in candidates}
+        best: dict[str, tuple[float, str]] = {}
+        for ours, name in sorted(rows):
+            best.setdefault(family_of[name], (ours, name))
+        print("best of each family:")
+        for ours, name in sorted(best.values()):
+            print(f"  {ours:9.1f} us  {theirs / ours:5.2f}x  {100 * floor / ours:4.0f} %  {name}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, ThreadTiles, conflict_free_pitch, tile_point_fits
+from ..conv import output_tiles
+from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
 from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split
 
@@ -80,9 +82,7 @@ class DwlParams:
 
     def block_window(self) -> tuple[int, int]:
         """Input rows and columns an item's tile reaches (the shared window)."""
-        (fy, fx), (sh, sw), (dh, dw) = hw(self.compiled.filter), hw(self.compiled.stride), hw(self.compiled.dilation)
-        bh, bw = self.block_tile()
-        return (bh - 1) * sh + (fy - 1) * dh + 1, (bw - 1) * sw + (fx - 1) * dw + 1
+        return window_reach(self.compiled, *self.block_tile())
 
     def taps(self) -> int:
         return math.prod(self.compiled.filter)
@@ -140,8 +140,7 @@ def shared_bytes(p: DwlParams, element_bytes: int) -> int:
 
 def items_of(p: DwlParams, problem: ConvProblem) -> int:
     """Items of one chunk: images x tiles of the output plane."""
-    (ho, wo), (bh, bw) = hw(problem.output), p.block_tile()
-    return problem.N * math.ceil(ho / bh) * math.ceil(wo / bw)
+    return tile_items(problem, *p.block_tile())
 
 
 def chunks_of(p: DwlParams, problem: ConvProblem) -> int:
@@ -236,5 +235,4 @@ def tap_cost(p: DwlParams, problem: ConvProblem) -> float:
 
 def plane_cover(p: DwlParams, problem: ConvProblem) -> float:
     """The share of the items' positions that lie in the output plane."""
-    (bh, bw), (ho, wo) = p.block_tile(), hw(problem.output)
-    return ho * wo / (math.ceil(ho / bh) * bh * math.ceil(wo / bw) * bw)
+    return output_tiles.plane_cover(problem, *p.block_tile())

@@ -27,6 +27,8 @@ from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout, Scalar
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
+from ..conv import output_tiles
+from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
 from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split
 
@@ -125,8 +127,7 @@ class GwlParams:
 
     def block_window(self) -> tuple[int, int]:
         """Input rows and columns an item's tile reaches (the shared window)."""
-        (fy, fx), (sh, sw), (dh, dw) = hw(self.compiled.filter), hw(self.compiled.stride), hw(self.compiled.dilation)
-        return (self.rows - 1) * sh + (fy - 1) * dh + 1, (self.cols - 1) * sw + (fx - 1) * dw + 1
+        return window_reach(self.compiled, self.rows, self.cols)
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"c": self.c, "k": self.k, "groups": self.groups, "tap_sets": self.tap_sets(),
@@ -195,8 +196,7 @@ def stage_bytes(p: GwlParams, element_bytes: int) -> int:
 
 def items_of(p: GwlParams, problem: ConvProblem) -> int:
     """Items of one chunk: images x tiles of the output plane."""
-    (ho, wo) = hw(problem.output)
-    return problem.N * math.ceil(ho / p.rows) * math.ceil(wo / p.cols)
+    return tile_items(problem, p.rows, p.cols)
 
 
 def chunks_of(p: GwlParams, problem: ConvProblem) -> int:
@@ -205,8 +205,7 @@ def chunks_of(p: GwlParams, problem: ConvProblem) -> int:
 
 def plane_cover(p: GwlParams, problem: ConvProblem) -> float:
     """The share of the items' positions that lie in the output plane."""
-    ho, wo = hw(problem.output)
-    return ho * wo / (math.ceil(ho / p.rows) * p.rows * math.ceil(wo / p.cols) * p.cols)
+    return output_tiles.plane_cover(problem, p.rows, p.cols)
 
 
 class Gwl(CompiledShape, BwdWeightFamily):

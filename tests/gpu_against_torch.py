@@ -1,6 +1,6 @@
 """Run chosen instances on PyTorch tensors and compare them with PyTorch's own op, as `kfactory bench` does."""
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from factory.api import SelectMode, select
 from factory.backends import BackendKind
@@ -86,3 +86,30 @@ def heuristic_picks(family: str, problems: Sequence[Any], target: Any) -> tuple[
             continue
         picks.append((problem, max(mine, key=lambda c: solver.heuristic_score(c.family, c.params, problem, target))))
     return picks, missing
+
+
+def stage_picks_on_random_shapes(family: str, draw: Callable[[Any], Any], count: int, seed: int,
+                                 target: Any) -> tuple[list[tuple[Any, Any]], int]:
+    """(problem, instance) runs for `count` problems `draw(rng)` makes (numpy Generator seeded with `seed`)
+    that `family` serves: per problem the instance the heuristic ranks first, the one with the fewest
+    splits, and the best-ranked of each stage count (params.stages). Returns the runs and the shapes."""
+    import numpy as np
+
+    from factory.catalog import specialized_instances
+
+    rng = np.random.default_rng(seed)
+    runs: list[tuple[Any, Any]] = []
+    shapes = 0
+    while shapes < count:
+        problem = draw(rng)
+        own = [c for c in specialized_instances(problem) if c.family == family and c.why_not(problem, target) is None]
+        if not own:
+            continue
+        shapes += 1
+        solver = solver_for(problem.op)
+        score = lambda c: solver.heuristic_score(c.family, c.params, problem, target)  # noqa: E731
+        picks = [max(own, key=score), min(own, key=lambda c: (c.params.split_k, c.name))]
+        picks += [max((c for c in own if c.params.stages == s), key=score)
+                  for s in sorted({c.params.stages for c in own})]
+        runs += [(problem, c) for c in dict.fromkeys(picks)]
+    return runs, shapes

@@ -10,11 +10,9 @@ the fewest splits, and the best-ranked of each stage count run through Kernel.ru
 import numpy as np
 import pytest
 
-from factory.catalog import specialized_instances
 from factory.device import target_for
-from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import DType, Layout, parse_conv_problem
-from gpu_against_torch import run_against_pytorch
+from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -47,20 +45,12 @@ def test_dwl_matches_pytorch_on_random_shapes(gpu_backend):
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
     target = target_for(gpu_backend.device_info())
-    rng = np.random.default_rng(SEED)
-    runs, shapes = [], 0
-    while shapes < COUNT:
+
+    def draw_problem(rng: np.random.Generator):
         dtype = DTYPES[int(rng.integers(len(DTYPES)))]
-        problem = parse_conv_problem(draw(rng), Layout.NHWGC, dtype)
-        own = [c for c in specialized_instances(problem) if c.family == "dwl" and c.why_not(problem, target) is None]
-        if not own:
-            continue
-        shapes += 1
-        score = lambda c: SOLVER.heuristic_score(c.family, c.params, problem, target)  # noqa: E731
-        picks = [max(own, key=score), min(own, key=lambda c: (c.params.split_k, c.name))]
-        picks += [max((c for c in own if c.params.stages == s), key=score)
-                  for s in sorted({c.params.stages for c in own})]
-        runs += [(problem, c) for c in dict.fromkeys(picks)]
+        return parse_conv_problem(draw(rng), Layout.NHWGC, dtype)
+
+    runs, shapes = stage_picks_on_random_shapes("dwl", draw_problem, COUNT, SEED, target)
     ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
     print(f"{ran} runs of dwl instances on {shapes} random channels-last shapes against PyTorch, {len(failures)} failed")
     assert not failures, "\n".join(failures)

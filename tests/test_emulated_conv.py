@@ -131,7 +131,8 @@ CASES = [
     # gwl: grouped channels-last on matrix instructions, each tile's window and gradient in shared memory.
     # A walk over several tiles, a chunk past G, tiles past the plane, stride 2 with dilation, K not a
     # multiple of 16 (row tiles past K), column tiles split across warps (a set left short), fp32 steps of
-    # 8 positions (atomics into the fp32 weight), 1-D, both layouts, two and three stages.
+    # 8 positions (atomics into the fp32 weight), 1-D, the four layouts (NGCHW ones through the transposing
+    # pass), two and three stages.
     Case("gwl-nhwgc-fp16-2d-walk", "gwl", L.NHWGC, D.FP16, "N=6,G=5,C=16,K=16,input=13x21,filter=3x3,pad=1", R.TWOSTAGE,
          lambda p: p.groups == 2 and p.stages == 3 and p.split_k == 8),
     Case("gwl-gnhwc-bf16-2d-s2-d2-k24", "gwl", L.GNHWC, D.BF16,
@@ -144,6 +145,10 @@ CASES = [
          lambda p: p.tiles == 9 and p.stages == 2),
     Case("gwl-gnhwc-fp16-1d-s2-d2", "gwl", L.GNHWC, D.FP16, "N=3,G=2,C=8,K=8,input=200,filter=5,stride=2,pad=3,dilation=2",
          R.TWOSTAGE, lambda p: p.groups == 2 and p.split_k == 8),
+    Case("gwl-ngchw-fp16-2d-transposed", "gwl", L.NGCHW, D.FP16, "N=3,G=3,C=8,K=16,input=13x11,filter=3x3,pad=1",
+         R.TWOSTAGE, lambda p: p.groups == 2),
+    Case("gwl-gkyxc-bf16w-1d-transposed", "gwl", L.NGCHW_GKYXC, D.BF16_FP32W, "N=4,G=2,C=16,K=8,input=150,filter=7,pad=3",
+         R.ATOMIC),
     # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -1,12 +1,12 @@
-"""On a GPU: `gwl` (grouped channels-last backward-weight on matrix instructions, windows in shared
-memory) against PyTorch (cuDNN) on 50 seeded random grouped shapes it serves.
+"""On a GPU: `gwl` (grouped backward-weight on matrix instructions, windows in shared memory) against
+PyTorch (cuDNN) on 50 seeded random grouped shapes it serves.
 
 Shapes: C and K per group drawn from 8-64 (multiples of 8, K not always a multiple of 16), G 1-40, 1-D
 filters of 2-31 taps and 2-D k x l up to 7 x 7, stride 1-2, dilation 1-2, N 1-12, spatial sizes that are
-multiples of nothing, NHWGC and GNHWC, fp16, bf16, bf16 with an fp32 weight gradient, fp32. For each, the
-instance the heuristic ranks first, the one with the fewest splits, and the best-ranked of each stage
-count run through Kernel.run on PyTorch tensors (outputs poisoned first) and must agree with
-aten.convolution_backward as `kfactory bench` requires."""
+multiples of nothing, NHWGC, GNHWC, and NGCHW and NGCHW_GKYXC (through the transposing pass), fp16, bf16,
+bf16 with an fp32 weight gradient, fp32. For each, the instance the heuristic ranks first, the one with the
+fewest splits, and the best-ranked of each stage count run through Kernel.run on PyTorch tensors (outputs
+poisoned first) and must agree with aten.convolution_backward as `kfactory bench` requires."""
 
 import numpy as np
 import pytest
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 SEED = 5050
 COUNT = 50
 DTYPES = (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32)
-LAYOUTS = (Layout.NHWGC, Layout.GNHWC)
+LAYOUTS = (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
 CHANNELS = (8, 16, 24, 32, 48, 64)
 
 
@@ -57,7 +57,7 @@ def test_gwl_matches_pytorch_on_random_shapes(gpu_backend):
     target = target_for(gpu_backend.device_info())
     runs, shapes = stage_picks_on_random_shapes("gwl", draw_problem, COUNT, SEED, target)
     ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
-    print(f"{ran} runs of gwl instances on {shapes} random grouped channels-last shapes against PyTorch, "
+    print(f"{ran} runs of gwl instances on {shapes} random grouped shapes against PyTorch, "
           f"{len(failures)} failed")
     assert not failures, "\n".join(failures)
     assert ran >= COUNT

@@ -1,5 +1,6 @@
-"""`gwl`: grouped backward-weight with few channels per group (C, K multiples of 8, up to 64) in the
-channels-last layouts (NHWGC, GNHWC), 1-D and 2-D, on matrix instructions (mma.sync).
+"""`gwl`: grouped backward-weight with few channels per group (C, K multiples of 8, up to 64), 1-D and 2-D,
+on matrix instructions (mma.sync). The main kernel reads channels-last data: NHWGC and GNHWC as they are,
+NGCHW tensors copied NHWGC into the workspace first (the transposing pass, staged.py).
 
 Per group the weight gradient is a small GEMM, K x (C x taps), over every output position. The implicit-GEMM
 families copy a chunk of input for every (position, tap) pair, so a 3x3 layer's input passes through the
@@ -30,9 +31,11 @@ from ..conv import layouts as cl
 from ..conv import output_tiles
 from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
+from ..conv.transpose import transpose_values
 from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split
+from .staged import staged_conv_args, staging_launches
 
-CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.GNHWC)
+CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
                   for dtype in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32) for ndim in (1, 2))
 WARP = 32
 TILE_M, TILE_N = 16, 8  # mma.sync's accumulator tile: rows of K, columns of (tap, channel)
@@ -236,6 +239,21 @@ class Gwl(CompiledShape, BwdWeightFamily):
         eb = dtype.tensor.nbytes
         return values | {"pos_pitch": window_pitch(params, eb), "grad_pitch": grad_pitch(params, eb)}
 
+    def layout_values(self, layout: Layout) -> dict[str, Any]:
+        return {"transpose": not cl.channel_innermost(layout)} | transpose_values()
+
+    def staging(self, p: GwlParams, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
+        """NGCHW problems: the input and the output gradient copied channels-last first (staged.py)."""
+        if cl.channel_innermost(problem.layout):
+            return (), 0
+        return staging_launches(problem, at, problem.dtype.tensor.nbytes)
+
+    def conv_args(self, p: GwlParams, problem: ConvProblem, dst: str, staging_at: int) -> Struct:
+        args = super().conv_args(p, problem, dst, staging_at)
+        if cl.channel_innermost(problem.layout):
+            return args
+        return staged_conv_args(args, problem, dst, staging_at, problem.dtype.tensor.nbytes)
+
     def why_not_on(self, params: GwlParams, target: DeviceTarget) -> str | None:
         if MatrixUnit.MMA_SYNC not in target.matrix_units:
             return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
@@ -259,6 +277,8 @@ class Gwl(CompiledShape, BwdWeightFamily):
         if p.accumulators() > MAX_ACC:
             return (f"{p.m_tiles()} x {p.tiles_a_warp()} accumulator tiles a warp ({p.accumulators()} registers a "
                     f"lane) pass the budget of {MAX_ACC}")
+        if not cl.channel_innermost(problem.layout) and problem.N > GRID_Y_LIMIT:
+            return f"the transposing pass takes N up to {GRID_Y_LIMIT} (its grid's z), problem has N={problem.N}"
         if p.threads > MAX_THREADS:
             return (f"{p.groups} groups x {p.tap_sets()} sets of column tiles a block is {p.threads} threads, "
                     f"over {MAX_THREADS}")

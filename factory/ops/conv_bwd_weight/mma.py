@@ -10,21 +10,20 @@ elements, 16 bytes at 8), NGCHW ones in chunks along output rows (see _row_chunk
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import ConvProblem, DType, Layout
-from ..base import I32, Buf, Launch, Struct
-from ..conv import INT32_LIMIT, geometry_ints, kernel_args, too_large
+from ..base import I32, Launch, Struct
+from ..conv import INT32_LIMIT, geometry_ints, too_large
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
-from ..conv.transpose import copy_regions, transpose_launch, transpose_values
-from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, OUTPUT, TENSORS, BwdWeightFamily,
-                     Reduction, check_split, reduction_length)
+from ..conv.transpose import transpose_values
+from .common import ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split, reduction_length
 from .split_model import GEMM_SPLITS
+from .staged import staged_conv_args, staging_launches
 
 # The instruction tile of templates/common/mma.h: m16n8k16 for 16-bit operands, m16n8k8 (three TF32
 # products) for fp32, m16n8k32 for int8 and fp8; block_k is a multiple of 16, and of 32 for the k32 forms.
@@ -197,19 +196,13 @@ class Mma(BwdWeightFamily):
         into the workspace by kf_to_channels_last, one 64 x 64 tile of (channels, positions) a block."""
         if not p.transpose:
             return (), 0
-        regions, end = _staged_regions(problem, at)
-        launches = tuple(transpose_launch(Buf(r.tensor), r.copy, r.channels, r.spatial, problem.N) for r in regions)
-        return launches, end - at
+        return staging_launches(problem, at, OPERAND_BYTES[problem.dtype])
 
     def conv_args(self, p: MmaParams, problem: ConvProblem, dst: str, staging_at: int) -> Struct:
         args = super().conv_args(p, problem, dst, staging_at)
         if not p.transpose:
             return args
-        # The copies' geometry is the NHWGC problem's; the weight keeps the problem's own layout.
-        copies = kernel_args(TENSORS, dataclasses.replace(problem, layout=Layout.NHWGC), {OUTPUT: dst})
-        (staged_in, staged_out), _ = _staged_regions(problem, staging_at)
-        moved = {f: v for f, v in copies.fields if f.startswith(("in_", "out_"))}
-        return args.replace(**moved, **{"in": staged_in.copy, "out": staged_out.copy})
+        return staged_conv_args(args, problem, dst, staging_at, OPERAND_BYTES[problem.dtype])
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
@@ -303,28 +296,6 @@ def staging_fits_layout(p: Any, layout: Layout) -> bool:
     if p.transpose and channels_last:
         return False
     return p.groups_per_tile == 1 or channels_last or p.transpose
-
-
-@dataclass(frozen=True)
-class StagedRegion:
-    """Where the transposing pass puts one tensor's channels-last copy in the workspace."""
-
-    tensor: str
-    channels: int  # G * C or G * K
-    spatial: int  # positions per sample
-    copy: Buf
-
-
-def _staged_regions(problem: ConvProblem, at: int) -> tuple[tuple[StagedRegion, StagedRegion], int]:
-    """The input's and the output gradient's copies, one after the other from byte `at`, and the byte
-    after the last."""
-    size = OPERAND_BYTES[problem.dtype]
-    shapes = (("input", problem.G * problem.C, math.prod(problem.input)),
-              ("grad_output", problem.G * problem.K, math.prod(problem.output)))
-    copies, end = copy_regions(tuple(problem.N * channels * spatial * size for _, channels, spatial in shapes), at)
-    staged_in, staged_out = (StagedRegion(name, channels, spatial, copy)
-                             for (name, channels, spatial), copy in zip(shapes, copies))
-    return (staged_in, staged_out), end
 
 
 def _gemm_shape(p: MmaParams, problem: ConvProblem) -> tuple[int, int]:

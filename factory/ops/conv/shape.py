@@ -53,6 +53,11 @@ class Shape:
     def of(self, problem: Any) -> bool:
         return (self.filter, self.stride, self.dilation) == (problem.filter, problem.stride, problem.dilation)
 
+    def template_values(self) -> dict[str, list[int]]:
+        """filter, stride and dilation as the templates read them: (D, H, W), 1 for missing dimensions."""
+        return {name: [1] * (3 - len(v)) + list(v) for name, v in
+                (("filter", self.filter), ("stride", self.stride), ("dilation", self.dilation))}
+
 
 class CompiledShape:
     """What a family whose points compile the problem's filter, stride and dilation in shares: the value

@@ -20,7 +20,6 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
-from ..conv import layouts as cl
 from ..conv.bank_pitch import ThreadTiles, conflict_free_pitch, tile_point_fits
 from ..conv.shape import CompiledShape, Shape, hw
 from .common import BwdDataFamily
@@ -81,9 +80,7 @@ class DwcParams(WindowRow):
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"vector": self.vector, "cv": self.cv, "across_h": self.across_h,
                                   "across_w": self.across, "rows": self.rows, "run": self.run, "chunk": self.chunk()}
-        for name in ("filter", "stride", "dilation"):
-            values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
-        return values
+        return values | self.compiled.template_values()
 
     def suffix(self) -> str:
         return f"t{self.threads}_v{self.vector}_c{self.cv}_a{self.across}_b{self.rows}x{self.run}_{self.shape}"

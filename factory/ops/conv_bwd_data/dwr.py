@@ -19,7 +19,6 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, Layout
 from ..base import Launch, Struct
-from ..conv import layouts as cl
 from .common import BwdDataFamily, vector_score
 from ..conv.shape import CompiledShape, Shape, hw
 from .direct import BLOCKS_MAX
@@ -67,9 +66,7 @@ class TileParams:
     def template_values(self) -> dict[str, Any]:
         shape = self.compiled
         values: dict[str, Any] = {"threads": self.threads, "rows": self.rows, "run": self.run}
-        for name in ("filter", "stride", "dilation"):
-            values[name] = cl.pad_to_3d(getattr(shape, name), 1)  # (D, H, W)
-        return values
+        return values | shape.template_values()
 
 
 class WindowRow:

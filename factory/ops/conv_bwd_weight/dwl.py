@@ -23,7 +23,6 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, Struct, params_from_suffix
-from ..conv import layouts as cl
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, ThreadTiles, conflict_free_pitch, tile_point_fits
 from ..conv import output_tiles
 from ..conv.output_tiles import tile_items, window_reach
@@ -95,9 +94,7 @@ class DwlParams:
         values: dict[str, Any] = {"vector": self.vector, "cv": self.cv, "across_h": self.across_h,
                                   "across_w": self.across, "rows": self.rows, "run": self.run,
                                   "stages": self.stages, "reduce_mode": self.reduction.mode}
-        for name in ("filter", "stride", "dilation"):
-            values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
-        return values
+        return values | self.compiled.template_values()
 
     def suffix(self) -> str:
         return (f"t{self.threads}_v{self.vector}_c{self.cv}_a{self.across}_b{self.rows}x{self.run}_p{self.stages}_{self.shape}"

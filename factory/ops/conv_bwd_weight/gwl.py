@@ -136,9 +136,7 @@ class GwlParams:
         values: dict[str, Any] = {"c": self.c, "k": self.k, "groups": self.groups, "tap_sets": self.tap_sets(),
                                   "rows": self.rows, "cols": self.cols, "stages": self.stages,
                                   "reduce_mode": self.reduction.mode}
-        for name in ("filter", "stride", "dilation"):
-            values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
-        return values
+        return values | self.compiled.template_values()
 
     def suffix(self) -> str:
         return (f"g{self.groups}_j{self.tiles}_b{self.rows}x{self.cols}_p{self.stages}_{self.shape}_{self.channels}"

@@ -8,7 +8,8 @@ import pytest
 
 from factory.catalog import specialized_instances
 from factory.device import target_for_device
-from factory.ops.conv_bwd_weight.gwl import MAX_ACC, MAX_THREADS, Gwl, grad_pitch, most_on_one_bank, window_pitch
+from factory.ops.conv.bank_pitch import most_on_one_bank
+from factory.ops.conv_bwd_weight.gwl import MAX_ACC, MAX_THREADS, Gwl, grad_pitch, window_pitch
 from factory.problem import DType, Layout, parse_conv_problem
 
 H100 = target_for_device("sm_90", 132)

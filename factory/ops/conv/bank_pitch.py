@@ -1,8 +1,9 @@
-"""What the channels-last depthwise tile families (`dwc` backward-data, `dwl` backward-weight) share. They
+"""What the channels-last tile families (`dwc` backward-data, `dwl` and `gwl` backward-weight) share. They
 lay a tile out in shared memory as rows of positions x a chunk of groups, and their threads read `vector`
 groups each, the threads of a warp taking group vectors first, then thread tiles down the rows, then
 across the columns: row pitches chosen so a warp's reads of one step fall into distinct banks, and the
-cells a tuning point fits."""
+cells a tuning point fits. `gwl` reads its tiles with matrix fragments instead (ldmatrix: eight rows of 16
+bytes a phase): `fragment_rows_pitch` spreads those rows over the banks."""
 
 from __future__ import annotations
 
@@ -61,3 +62,26 @@ def tile_point_fits(params: Any, element_bytes: int, ndim: int) -> bool:
     if len(params.compiled.filter) != ndim or (ndim == 1 and params.across_h * params.rows != 1):
         return False
     return params.vector * element_bytes <= VECTOR_BYTES_MAX
+
+
+def most_on_one_bank(row_step_bytes: int, element_bytes: int) -> int:
+    """Words one bank serves for a warp's fragment read of a tile whose consecutive reduction rows (output
+    positions) are `row_step_bytes` apart: ldmatrix reads 8 rows of 16 bytes a phase (16-bit operands);
+    the fp32 path reads 4 rows of 8 words."""
+    rows, words = (8, 4) if element_bytes == 2 else (4, 8)
+    banks: dict[int, set[int]] = {}
+    for r in range(rows):
+        first = r * row_step_bytes // BANK_BYTES
+        for w in range(first, first + words):
+            banks.setdefault(w % BANKS, set()).add(w)
+    return max(len(ws) for ws in banks.values())
+
+
+def fragment_rows_pitch(least: int, step: int, element_bytes: int) -> int:
+    """The pitch in elements between a tile's reduction rows (positions) that matrix fragments read: at least
+    `least`, a whole number of 16-byte copies, and the first whose fragment reads (rows `step` positions
+    apart) spread over the most banks."""
+    unit = VECTOR_BYTES_MAX // element_bytes
+    first = -(-least // unit) * unit
+    candidates = range(first, first + 8 * unit + 1, unit)
+    return min(candidates, key=lambda pitch: (most_on_one_bank(step * pitch * element_bytes, element_bytes), pitch))

@@ -29,6 +29,7 @@ from ...problem import ConvProblem, DType, Layout, Scalar
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv import output_tiles
+from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
 from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
 from ..conv.transpose import transpose_values
@@ -37,13 +38,10 @@ from .staged import staged_conv_args, staging_launches
 
 CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
                   for dtype in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32) for ndim in (1, 2))
-WARP = 32
 TILE_M, TILE_N = 16, 8  # mma.sync's accumulator tile: rows of K, columns of (tap, channel)
 ACC_PER_TILE = TILE_M * TILE_N // WARP  # accumulator registers a lane, per tile
 MAX_ACC = 96  # accumulator registers a lane
 MAX_THREADS = 512
-COPY_BYTES = 16
-BANKS, BANK_BYTES = 32, 4
 CHANNELS_MAX = 64
 TILES = (4, 6, 9, 18)  # column tiles a warp, at most: the values a point may take
 _CHANNELS_RE = re.compile(r"c(?P<c>\d+)k(?P<k>\d+)")
@@ -147,44 +145,22 @@ _SUFFIX_RE = re.compile(r"g(?P<groups>\d+)_j(?P<tiles>\d+)_b(?P<rows>\d+)x(?P<co
                         r"_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)_(?P<channels>c\d+k\d+)_sk(?P<split_k>\d+)_(?P<reduction>[a-z]+)")
 
 
-def most_on_one_bank(row_step_bytes: int, element_bytes: int) -> int:
-    """Words one bank serves for a warp's fragment read of a tile whose consecutive reduction rows (output
-    positions) are `row_step_bytes` apart: ldmatrix reads 8 rows of 16 bytes a phase (16-bit operands);
-    the fp32 path reads 4 rows of 8 words."""
-    rows, words = (8, 4) if element_bytes == 2 else (4, 8)
-    banks: dict[int, set[int]] = {}
-    for r in range(rows):
-        first = r * row_step_bytes // BANK_BYTES
-        for w in range(first, first + words):
-            banks.setdefault(w % BANKS, set()).add(w)
-    return max(len(ws) for ws in banks.values())
-
-
-def conflict_free_pitch(least: int, step: int, element_bytes: int) -> int:
-    """The pitch in elements between consecutive positions: at least `least`, a whole number of 16-byte
-    copies, and the first whose fragment reads (rows `step` positions apart) spread over the most banks."""
-    unit = COPY_BYTES // element_bytes
-    first = -(-least // unit) * unit
-    candidates = range(first, first + 8 * unit + 1, unit)
-    return min(candidates, key=lambda pitch: (most_on_one_bank(step * pitch * element_bytes, element_bytes), pitch))
-
-
 @functools.lru_cache(maxsize=None)
 def window_pitch(p: GwlParams, element_bytes: int) -> int:
     """Elements between a window's positions (a chunk's groups, then padding)."""
     _, sw = hw(p.compiled.stride)
-    return conflict_free_pitch(p.groups * p.c, sw, element_bytes)
+    return fragment_rows_pitch(p.groups * p.c, sw, element_bytes)
 
 
 @functools.lru_cache(maxsize=None)
 def grad_pitch(p: GwlParams, element_bytes: int) -> int:
     """Elements between the gradient tile's positions. The last 16-row tile of K reads up to 16 columns from
     its group's first: rows past K (discarded) must stay within the position."""
-    return conflict_free_pitch((p.groups - 1) * p.k + p.m_tiles() * TILE_M, 1, element_bytes)
+    return fragment_rows_pitch((p.groups - 1) * p.k + p.m_tiles() * TILE_M, 1, element_bytes)
 
 
 def aligned(elements: int, element_bytes: int) -> int:
-    return -(-elements * element_bytes // COPY_BYTES) * COPY_BYTES // element_bytes
+    return -(-elements * element_bytes // VECTOR_BYTES_MAX) * VECTOR_BYTES_MAX // element_bytes
 
 
 def stage_bytes(p: GwlParams, element_bytes: int) -> int:

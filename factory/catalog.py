@@ -209,6 +209,21 @@ class CatalogFile:
                 seen.setdefault(inst.name, inst)
         return list(seen.values())
 
+    def specialize_refusal(self, cell: tuple[Layout, DType, int], values: Mapping[str, Any]) -> str:
+        """Why `specialize_values` made nothing for `values` in `cell`: the first template point's reason."""
+        layout, dtype, ndim = cell
+        for index, template in enumerate(self.templates):
+            raw = _fill(template, values)
+            if raw is None:
+                continue
+            try:
+                params = _build_params(self.family.params_type, raw, f"{self.name} template {index}")
+            except CatalogError as exc:
+                return str(exc)
+            if self.family.cell_allows(params, layout, dtype, ndim):
+                return "a point fits (no refusal)"
+        return f"no template point of {self.name} fits the {layout.value} {dtype.value} {ndim}-D cell"
+
     def specializes(self, params: Any) -> bool:
         """Whether `params` is one of the template points with its `"problem"` fields filled (from
         the params themselves): how a specialized name is told from a made-up one."""
@@ -328,6 +343,23 @@ def specialized_instances(problem: Any, directory: Path | None = None) -> tuple[
     where = str(directory or instances_dir())
     keys = tuple((family.name, _values_key(family.problem_values(problem))) for family in _template_families(where, problem.op))
     return _specialized_all(where, (problem.op, problem.layout, problem.dtype, problem.ndim), keys)
+
+
+def unspecialized_families(problem: Any, directory: Path | None = None) -> dict[str, str]:
+    """The families whose catalogs have template points for the problem's cell but made no instance for
+    `problem`, each with why (`list --why`: such a family has no instance whose row could say it)."""
+    where = str(directory or instances_dir())
+    cell = (problem.layout, problem.dtype, problem.ndim)
+    made = {inst.family for inst in specialized_instances(problem, directory)}
+    reasons: dict[str, str] = {}
+    for f in _files(where):
+        name = f.family.name
+        if f.op is not problem.op or not f.templates or cell not in f.cells or name in made or name in reasons:
+            continue
+        values = f.family.problem_values(problem)
+        reasons[name] = ("its per-problem points take no values from this problem" if values is None
+                         else f.specialize_refusal(cell, values))
+    return reasons
 
 
 @lru_cache(maxsize=None)

@@ -26,7 +26,7 @@ from rich.table import Table
 from . import codegen, outdir
 from .backends import BACKEND_ENV, BackendError, BackendKind
 from .bench import add_bench_parser
-from .catalog import Instance, per_problem_families, select_instances
+from .catalog import Instance, per_problem_families, select_instances, unspecialized_families
 from .device import DEFAULT_TARGET, TARGETS, target_for, target_named
 from .ops import SOLVERS, solver_for
 from .progress_bars import progress_bar, tune_hooks
@@ -221,11 +221,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         mine = lambda family: args.family in (None, family)  # noqa: E731  (--family narrows both lists)
         applicable = [i for i in lookup(problem, target=args.target) if mine(i.family)]
         rejected = [r for r in explain(problem, target=args.target) if mine(r.instance.family)] if args.why else []
+        unmade = {f: why for f, why in unspecialized_families(problem).items() if mine(f)} if args.why else {}
         if args.json:
             _emit_json({
                 "problem": problem.key,
                 "applicable": [_instance_record(i) for i in applicable],
                 "rejected": [{"name": r.instance.name, "reason": r.reason} for r in rejected],
+                "families_without_instances": unmade,
             })
             return 0
         _print_instances(applicable, f"{len(applicable)} instances compute {problem.key}")
@@ -238,6 +240,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             for r in same_cell:
                 table.add_row(r.instance.name, r.reason)
             console.print(table)
+            for family, why in unmade.items():
+                console.print(f"{family}: no instance for this problem: {why}", markup=False, highlight=False,
+                              soft_wrap=True)
         return 0
     instances = select_instances(args.op, args.layout, args.dtype, args.ndim, args.family)
     if args.json:

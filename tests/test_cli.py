@@ -668,3 +668,18 @@ def test_query_dwsep_without_gpu_names_the_heuristic_pick(capsys, tmp_path, no_g
     assert code == 0
     assert flat(out).endswith(f"the heuristic would pick {heuristic_pick(problem).name}")
     assert heuristic_pick(problem).family == "fused"
+
+
+def test_list_why_names_a_per_problem_family_that_made_no_instance_and_why(capsys):
+    """gwl's points take C and K from the problem; with 4 channels a group none can be made, so no row of
+    the table could say why: the listing says it per family."""
+    spec = "N=2,G=4,C=4,K=8,input=20x20,filter=3x3,pad=1"
+    code, out, _ = run(capsys, "list", *CELL, "--problem", spec, "--family", "gwl", "--why", "--json")
+    assert code == 0
+    reason = json.loads(out)["families_without_instances"]["gwl"]
+    assert "multiples of 8" in reason and "c4k8" in reason
+    code, out, _ = run(capsys, "list", *CELL, "--problem", spec, "--why")
+    assert code == 0 and squash("gwl: no instance for this problem") in squash(out)
+    code, out, _ = run(capsys, "list", *CELL, "--problem", "N=2,G=4,C=8,K=8,input=20x20,filter=3x3,pad=1",
+                       "--why", "--json")
+    assert "gwl" not in json.loads(out)["families_without_instances"]

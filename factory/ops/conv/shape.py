@@ -4,6 +4,7 @@ shape, names parsed back). Any problem with `filter`, `stride` and `dilation` tu
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -45,10 +46,9 @@ class Shape:
 
     @classmethod
     def checked(cls, text: str) -> "Shape":
-        """The shape a params field spells, which its params validated when they were built."""
-        shape = cls.parse(text)
-        assert shape is not None  # checked on the params' construction
-        return shape
+        """The shape a params field spells, which its params validated when they were built. Cached: the
+        families ask for it in every check and score of every candidate."""
+        return _checked(text)
 
     def of(self, problem: Any) -> bool:
         return (self.filter, self.stride, self.dilation) == (problem.filter, problem.stride, problem.dilation)
@@ -57,6 +57,13 @@ class Shape:
         """filter, stride and dilation as the templates read them: (D, H, W), 1 for missing dimensions."""
         return {name: [1] * (3 - len(v)) + list(v) for name, v in
                 (("filter", self.filter), ("stride", self.stride), ("dilation", self.dilation))}
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(text: str) -> Shape:
+    shape = Shape.parse(text)
+    assert shape is not None  # checked on the params' construction
+    return shape
 
 
 class CompiledShape:

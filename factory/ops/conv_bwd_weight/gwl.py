@@ -51,6 +51,7 @@ def spell_channels(c: int, k: int) -> str:
     return f"c{c}k{k}"
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_channels(text: str) -> tuple[int, int] | None:
     match = _CHANNELS_RE.fullmatch(text)
     return (int(match["c"]), int(match["k"])) if match else None

@@ -218,6 +218,17 @@ CASES = [
     Case("pw-nhwgc-fp16-odd-channels", "pw", L.NHWGC, D.FP16, "N=2,G=2,C=6,K=10,input=47x45,filter=1x1", R.TWOSTAGE,
          lambda p: p.vector_a == 2 and p.vector_b == 2),
     Case("pw-gnhwc-bf16-odd-weight", "pw", L.GNHWC, D.BF16, "N=3,G=2,C=5,K=7,input=40x41,filter=1x1", R.TWOSTAGE),
+    # pw on NGCHW: runs of positions, both operands K-major. A sample's last stage cut short, splits that
+    # start inside a sample, channels past a tile's edge, 2-element and element-wise chunks (odd runs).
+    Case("pw-ngchw-fp16-2d", "pw", L.NGCHW, D.FP16, "N=5,G=2,C=24,K=40,input=9x12,filter=1x1", R.TWOSTAGE,
+         lambda p: p.vector_a == 4 and p.split_k == 4),
+    Case("pw-gkyxc-bf16-1d-atomic", "pw", L.NGCHW_GKYXC, D.BF16, "N=3,G=1,C=72,K=136,input=1000,filter=1", R.ATOMIC,
+         lambda p: p.vector_a == 8),
+    Case("pw-ngchw-bf16w-3d-direct", "pw", L.NGCHW, D.BF16_FP32W, "N=2,G=3,C=5,K=7,input=3x5x6,filter=1x1x1", R.DIRECT,
+         lambda p: p.vector_a == 2),
+    Case("pw-ngchw-bf16-2d-odd-run", "pw", L.NGCHW, D.BF16, "N=3,G=1,C=9,K=70,input=7x7,filter=1x1", R.DIRECT),
+    Case("pw-ngchw-fp16-1d-wide", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=136,K=72,input=200,filter=1", R.DIRECT,
+         lambda p: p.block_m == 128 and p.block_n == 128 and p.vector_a == 8),
     # mfma: the same engine with AMD's 64-lane MFMA layout (fragments exchanged as the instruction does).
     Case("mfma-nhwgc-fp16-2d", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mfma-ngchw-bf16-2d-s2-p0", "mfma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -1,9 +1,10 @@
 """On a GPU: the `pw` family (pointwise layers' backward-weight as a plain GEMM on wgmma).
 
 Every `pw` instance on pointwise problems of odd sizes (reduction rows that end inside a stage, channels
-past a tile's edge and not multiples of 8, several groups, 1-D and 3-D, N=1, both layouts) against the
-numpy reference; then 60 seeded random pointwise problems, each run with the `pw` instance the heuristic
-ranks first and with the one of each other tile shape, through Kernel.run against PyTorch (cuDNN)."""
+past a tile's edge and not multiples of 8, several groups, 1-D and 3-D, N=1; channels-last rows and NGCHW
+runs of positions that take 8-, 4-, 2- and 1-element chunks) against the numpy reference; then 60 seeded
+random pointwise problems in every layout, each run with the `pw` instance the heuristic ranks first and
+with the one of each other tile shape and chunk width, through Kernel.run against PyTorch (cuDNN)."""
 
 import numpy as np
 import pytest
@@ -26,6 +27,12 @@ PROBLEMS = [
     (L.NHWGC, D.FP16, "N=64,G=1,C=96,K=24,input=56x56,filter=1x1"),
     (L.NHWGC, D.FP16, "N=2,G=2,C=6,K=10,input=47x45,filter=1x1"),
     (L.NHWGC, D.BF16, "N=8,G=1,C=320,K=1280,input=7x7,filter=1x1"),
+    (L.NGCHW, D.FP16, "N=32,G=1,C=512,K=128,input=28x28,filter=1x1"),
+    (L.NGCHW, D.BF16, "N=3,G=2,C=40,K=72,input=13x14,filter=1x1"),
+    (L.NGCHW_GKYXC, D.FP16, "N=5,G=1,C=24,K=136,input=300,filter=1"),
+    (L.NGCHW, D.BF16_FP32W, "N=2,G=1,C=7,K=9,input=5x7x9,filter=1x1x1"),
+    (L.NGCHW, D.FP16, "N=1,G=1,C=200,K=88,input=7x7,filter=1x1"),
+    (L.NGCHW_GKYXC, D.BF16, "N=16,G=3,C=16,K=24,input=14x14,filter=1x1"),
 ]
 SEED = 2611
 COUNT = 60
@@ -41,7 +48,7 @@ def random_problems() -> list:
     found = []
     while len(found) < COUNT:
         ndim = int(rng.choice([1, 2, 3], p=[0.2, 0.65, 0.15]))
-        layout = (L.NHWGC, L.GNHWC)[int(rng.integers(2))]
+        layout = (L.NHWGC, L.GNHWC, L.NGCHW, L.NGCHW_GKYXC)[int(rng.integers(4))]
         dtype = (D.FP16, D.BF16, D.BF16_FP32W)[int(rng.integers(3))]
         g = int(rng.choice([1, 1, 1, 2, 4]))
         c, k = (int(rng.choice([8, 16, 24, 40, 64, 96, 144, 320])) if rng.random() < 0.8 else int(rng.integers(1, 70))

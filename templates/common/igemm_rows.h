@@ -1,18 +1,24 @@
-// The implicit-GEMM engine's main loop for operands that are plain matrices: reduction row r of A is
-// `cols` elements at base + r * ld, likewise B, laid out as the engine's r-major tiles are. That is a
-// layer whose reduction rows are tensor rows (a 1x1, stride-1, unpadded convolution of channels-last
-// tensors): no im2col gather. A thread's chunks of a stage are then its chunks of the previous stage
-// moved BK rows on: one pointer add and one row compare each per stage, where igemm.h's run() works out
-// a position, bounds and an offset for every chunk (about 40 warp instructions per 16-byte copy, measured
-// by ncu on a 1x1 layer; bench/NOTES.md 14).
+// The implicit-GEMM engine's main loop for operands that are plain matrices, in two forms.
+// - Rows (r-major): reduction row r of A is `cols` elements at base + r * ld, likewise B, laid out as the
+//   engine's r-major tiles are. That is a layer whose reduction rows are tensor rows (a 1x1, stride-1,
+//   unpadded convolution of channels-last tensors): no im2col gather.
+// - Runs (K-major): row i of A holds, for each image n, `run` consecutive reduction elements at
+//   base + n * image_ld + i * ld, likewise B, laid out as the engine's K-major tiles are (wgmma.h with
+//   wgmma_a_k_major and wgmma_b_k_major). That is the same layer in NGCHW: a channel's output positions
+//   are contiguous within a sample. A stage holds BK positions of one sample; a sample's last stage is
+//   cut short by the end of its run.
+// Either way a thread's chunks of a stage are its chunks of the previous stage moved on: one pointer add
+// and one compare each per stage, where igemm.h's run() works out a position, bounds and an offset for
+// every chunk (about 40 warp instructions per 16-byte copy, measured by ncu on a 1x1 layer; bench/NOTES.md
+// 14).
 //
 // The op is a class with
 //   RowMatrix<T> a_rows(), b_rows()       where the block's A and B matrices start, their row pitch and width
+//                                         (run_rows), or RunMatrix<T> a_runs(), b_runs() (run_runs)
 //   CRow c_row(int m), CCol c_col(int n)  as for run()
 //   void store_pair(const CRow&, const CCol& c0, const CCol& c1, float v0, float v1)   C(m, c0) and C(m, c1),
 //                                         two adjacent columns, in range or not
-// Needs prelude.h, mma.h, igemm.h and a configuration of r-major tiles with one slice (wgmma.h's, or
-// igemm.h's with A_RMAJOR and B_RMAJOR).
+// Needs prelude.h, mma.h, igemm.h and a configuration of tiles with one slice (wgmma.h's, or igemm.h's).
 #pragma once
 
 namespace kf_igemm {
@@ -37,8 +43,11 @@ struct RowChunks {
   int row[N], dst[N];
   bool exists[N], in_width[N];
   const T* any;  // a valid address for the copies that read nothing
+  int r_end;
+  long long step;  // BK rows: BK * ld elements
 
-  __device__ __forceinline__ RowChunks(const RowMatrix<T>& m, int c0, int r_begin) : any(m.base) {
+  __device__ __forceinline__ RowChunks(const RowMatrix<T>& m, int c0, int r_begin, int r_end_)
+      : any(m.base), r_end(r_end_), step(Cfg::BK * m.ld) {
     const int tid = threadIdx.x % THREADS;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
@@ -52,8 +61,8 @@ struct RowChunks {
     }
   }
 
-  // This stage's chunks into `s`; then every chunk moves on by BK rows (`step` = BK * ld elements).
-  __device__ __forceinline__ void load(kf_mma::Smem<T> s, int r_end, long long step) {
+  // This stage's chunks into `s`; then every chunk moves on by BK rows.
+  __device__ __forceinline__ void load(kf_mma::Smem<T> s) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       if (!exists[i]) continue;
@@ -65,12 +74,74 @@ struct RowChunks {
   }
 };
 
-// The block's tile (m0, n0) over reduction rows [r_begin, r_end): the main loop of igemm.h's run() on
-// row chunks, then op.store for every element of the tile.
-template <class Cfg, class Op>
-__device__ __forceinline__ void run_rows(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int r_begin, int r_end) {
+// Element (r, i) of a K-major matrix, r = n * run + p with p < run, is base[n * image_ld + i * ld + p], for
+// i < rows.
+template <typename T> struct RunMatrix {
+  const T* base;
+  long long image_ld, ld;
+  int rows, run;
+};
+
+// The chunks of V elements one thread copies into every stage of a tile of ROWS rows (the matrix's rows
+// r0 .. r0 + ROWS) by BK reduction elements. Stage q of the matrix holds positions p0 .. p0 + BK of sample
+// q / per_run (p0 = q % per_run * BK, per_run stages a run). Chunks past the run or the matrix's last row
+// are zeros (run a multiple of V: a chunk is wholly inside or outside).
+template <class Cfg, int ROWS, int V, bool IS_A>
+struct RunChunks {
   using T = typename Cfg::T;
-  static_assert(Cfg::SLICES == 1 && Cfg::A_RMAJOR && Cfg::B_RMAJOR, "one pipeline of r-major tiles");
+  static constexpr int PER_ROW = Cfg::BK / V, TOTAL = ROWS * PER_ROW, THREADS = Cfg::SLICE_THREADS;
+  static constexpr int N = (TOTAL + THREADS - 1) / THREADS;
+  static constexpr bool ALL_EXIST = TOTAL % THREADS == 0;
+  long long offset[N];  // row * ld + column, fixed
+  int col[N], dst[N];
+  bool exists[N], on_row[N];  // a chunk of the tile; on one of the matrix's rows
+  const T* base;
+  long long image_ld;
+  int run, image, p0;  // the next stage's sample and first position
+
+  __device__ __forceinline__ RunChunks(const RunMatrix<T>& m, int r0, int q_begin)
+      : base(m.base), image_ld(m.image_ld), run(m.run) {
+    const int tid = threadIdx.x % THREADS;
+    const int per_run = (m.run + Cfg::BK - 1) / Cfg::BK;
+    image = q_begin / per_run;
+    p0 = q_begin % per_run * Cfg::BK;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int e = tid + i * THREADS;
+      exists[i] = ALL_EXIST || e < TOTAL;
+      const int r = (exists[i] ? e : 0) / PER_ROW;
+      col[i] = (exists[i] ? e : 0) % PER_ROW * V;
+      on_row[i] = r0 + r < m.rows;
+      offset[i] = (long long)(on_row[i] ? r0 + r : 0) * m.ld + col[i];
+      dst[i] = IS_A ? Cfg::a_at(r, col[i]) : Cfg::b_at(r, col[i]);
+    }
+  }
+
+  // This stage's chunks into `s` (a missing chunk as zeros, so a row past the matrix spoils only outputs
+  // never stored); then on to the next stage's positions.
+  __device__ __forceinline__ void load(kf_mma::Smem<T> s) {
+    const T* const stage = base + (long long)image * image_ld + p0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (!exists[i]) continue;
+      const bool ok = on_row[i] && p0 + col[i] < run;
+      copy<V * (int)sizeof(T)>(s + dst[i], ok ? stage + offset[i] : base, ok);
+    }
+    p0 += Cfg::BK;
+    if (p0 >= run) {
+      p0 = 0;
+      ++image;
+    }
+  }
+};
+
+// The block's tile (m0, n0) over `tiles` stages that the chunks `a` and `b` load one after another: the
+// main loop of igemm.h's run(), then op.store_pair for every pair of elements of the tile.
+template <class Cfg, class Op, class AChunks, class BChunks>
+__device__ __forceinline__ void run_stages(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int tiles,
+                                           AChunks& a, BChunks& b) {
+  using T = typename Cfg::T;
+  static_assert(Cfg::SLICES == 1, "one pipeline");
   const unsigned long long base = reinterpret_cast<unsigned long long>(smem_ptr);
   T* const aligned = reinterpret_cast<T*>((base + Cfg::SMEM_ALIGN - 1) / Cfg::SMEM_ALIGN * Cfg::SMEM_ALIGN);
   const kf_mma::Smem<T> smem = kf_mma::smem(aligned);
@@ -81,16 +152,11 @@ __device__ __forceinline__ void run_rows(const Op& op, typename Cfg::T* smem_ptr
   kf_mma::FragC<T> acc[Cfg::FM][Cfg::FN];
   for_each_acc<Cfg>(acc, [](Acc& v, int) { v = 0; });
 
-  const RowMatrix<T> am = op.a_rows(), bm = op.b_rows();
-  RowChunks<Cfg, Cfg::BM, Cfg::VA, true> a(am, m0, r_begin);
-  RowChunks<Cfg, Cfg::BN, Cfg::VB, false> b(bm, n0, r_begin);
-  const long long a_step = Cfg::BK * am.ld, b_step = Cfg::BK * bm.ld;
   const auto load = [&](int t) {
     const kf_mma::Smem<T> s = smem + (t % Cfg::STAGES) * Cfg::STAGE;
-    a.load(s, r_end, a_step);
-    b.load(s + Cfg::A_ELEMS, r_end, b_step);
+    a.load(s);
+    b.load(s + Cfg::A_ELEMS);
   };
-  const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
 #pragma unroll
   for (int t = 0; t < Cfg::STAGES - 1; ++t) {
     if (t < tiles) load(t);
@@ -128,6 +194,25 @@ __device__ __forceinline__ void run_rows(const Op& op, typename Cfg::T* smem_ptr
 #pragma unroll
       for (int h = 0; h < kf_mma::C_ROWS; ++h)
         op.store_pair(rows[i][h], cols[j][0], cols[j][1], acc[i][j].x[2 * h], acc[i][j].x[2 * h + 1]);
+}
+
+// The block's tile (m0, n0) over reduction rows [r_begin, r_end) of row matrices (r-major tiles).
+template <class Cfg, class Op>
+__device__ __forceinline__ void run_rows(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int r_begin, int r_end) {
+  static_assert(Cfg::A_RMAJOR && Cfg::B_RMAJOR, "r-major tiles");
+  RowChunks<Cfg, Cfg::BM, Cfg::VA, true> a(op.a_rows(), m0, r_begin, r_end);
+  RowChunks<Cfg, Cfg::BN, Cfg::VB, false> b(op.b_rows(), n0, r_begin, r_end);
+  const int tiles = r_end > r_begin ? (r_end - r_begin + Cfg::BK - 1) / Cfg::BK : 0;
+  run_stages<Cfg>(op, smem_ptr, m0, n0, tiles, a, b);
+}
+
+// The block's tile (m0, n0) over stages [q_begin, q_end) of run matrices (K-major tiles).
+template <class Cfg, class Op>
+__device__ __forceinline__ void run_runs(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0, int q_begin, int q_end) {
+  static_assert(!Cfg::A_RMAJOR && !Cfg::B_RMAJOR, "K-major tiles");
+  RunChunks<Cfg, Cfg::BM, Cfg::VA, true> a(op.a_runs(), m0, q_begin);
+  RunChunks<Cfg, Cfg::BN, Cfg::VB, false> b(op.b_runs(), n0, q_begin);
+  run_stages<Cfg>(op, smem_ptr, m0, n0, q_end > q_begin ? q_end - q_begin : 0, a, b);
 }
 
 }  // namespace kf_igemm

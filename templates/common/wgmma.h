@@ -1,4 +1,4 @@
-// The implicit-GEMM engine (igemm.h) on Hopper's warpgroup MMA (wgmma, sm_90a): a configuration to{% set overlap = wgmma_overlap is defined and wgmma_overlap %}{% set a_k_major = wgmma_a_k_major is defined and wgmma_a_k_major %}
+// The implicit-GEMM engine (igemm.h) on Hopper's warpgroup MMA (wgmma, sm_90a): a configuration to{% set overlap = wgmma_overlap is defined and wgmma_overlap %}{% set a_k_major = wgmma_a_k_major is defined and wgmma_a_k_major %}{% set b_k_major = wgmma_b_k_major is defined and wgmma_b_k_major %}
 // pass to kf_igemm::run in place of kf_igemm::Config. SLICES pipelines share a block's tile (see run()).
 //
 // Four warps (a warpgroup) issue one wgmma.mma_async m64nNk16 together: 64 rows of A by N columns of
@@ -21,6 +21,10 @@
 // m at unit ^ (m % 8); atoms follow one another along M (1024 bytes apart: the stride offset) and then
 // along the reduction (BM * 128 bytes apart). The instruction reads it untransposed; an instruction's 16
 // reduction elements (32 bytes) lie within one row of an atom, so the leading offset is unused.
+{% endif %}{% if b_k_major %}//
+// B is K-major too (wgmma_b_k_major: NGCHW tensors' channel rows, output positions contiguous), laid
+// out as K-major A is with N in place of M: a stored row is one of B's columns (n) holding 64 reduction
+// elements, atoms 1024 bytes apart along N, then BN * 128 bytes apart along the reduction.
 {% endif %}// Needs prelude.h, mma.h and igemm.h.
 #pragma once
 
@@ -63,7 +67,7 @@ __device__ __forceinline__ void mma_async<{{ ctype }}, {{ n }}>(kf_mma::FragC<{{
       "{ .reg .pred p; setp.ne.b32 p, %{{ regs + 2 }}, 0; "
       "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ptx }}.{{ ptx }} "
       "{ {% for i in range(regs) %}%{{ i }}{{ ", " if not loop.last else "" }}{% endfor %} }, "
-      "%{{ regs }}, %{{ regs + 1 }}, p, 1, 1, {% if a_k_major %}0{% else %}1{% endif %}, 1; }"
+      "%{{ regs }}, %{{ regs + 1 }}, p, 1, 1, {% if a_k_major %}0{% else %}1{% endif %}, {% if b_k_major %}0{% else %}1{% endif %}; }"
       : {% for i in range(regs) %}"+f"(d[{{ i // 4 }}].x[{{ i % 4 }}]){{ ", " if not loop.last else "" }}{% endfor %}
       : "l"(a), "l"(b), "r"(1));
 }
@@ -79,7 +83,7 @@ template <typename T_, int BM_, int BN_, int BK_, int WGS_M_, int WGS_N_, int SL
 struct Config {
   using T = T_;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WGS_M = WGS_M_, WGS_N = WGS_N_, STAGES = STAGES_;
-  static constexpr bool A_RMAJOR = {% if a_k_major %}false{% else %}true{% endif %}, B_RMAJOR = true;
+  static constexpr bool A_RMAJOR = {% if a_k_major %}false{% else %}true{% endif %}, B_RMAJOR = {% if b_k_major %}false{% else %}true{% endif %};
   static constexpr int VA = VA_, VB = VB_;
   static constexpr int SLICES = SLICES_, SLICE_THREADS = WGS_M * WGS_N * GROUP;  // igemm.h run(): slices
   static constexpr int THREADS = SLICES * SLICE_THREADS;
@@ -97,9 +101,10 @@ struct Config {
   static_assert(BK % K == 0 && SLICE_THREADS % BK == 0, "reduction rows: whole instructions, whole threads per row");
   static_assert(UNIT % VA == 0 && UNIT % VB == 0, "a chunk lies within one 16-byte unit");
 {% if a_k_major %}  static_assert(BK % ROW == 0, "K-major A: whole 128-byte swizzle rows of reduction elements");
+{% endif %}{% if b_k_major %}  static_assert(BK % ROW == 0, "K-major B: whole 128-byte swizzle rows of reduction elements");
 {% endif %}
   __device__ static __forceinline__ int a_at(int row, int col) { return swizzled<T, {% if a_k_major %}BM{% else %}BK{% endif %}>(row, col); }
-  __device__ static __forceinline__ int b_at(int row, int col) { return swizzled<T, BK>(row, col); }
+  __device__ static __forceinline__ int b_at(int row, int col) { return swizzled<T, {% if b_k_major %}BN{% else %}BK{% endif %}>(row, col); }
   __device__ static __forceinline__ void warp_origin(int warp, int& wm, int& wn) {
     const int group = warp / (GROUP / kf_mma::LANES);
     wm = (group / WGS_N) * ROWS + (warp % (GROUP / kf_mma::LANES)) * kf_mma::M;
@@ -120,8 +125,9 @@ struct Config {
     for (int k = 0; k < BK; k += K) {
 {% if a_k_major %}      const unsigned long long a = descriptor((s + a_at(m_group, k)).addr, 16, STRIDE);  // K-major
 {% else %}      const unsigned long long a = descriptor((s + a_at(k, m_group)).addr, LEADING, STRIDE);
-{% endif %}      const unsigned long long b = descriptor((s + A_ELEMS + b_at(k, wn)).addr, LEADING, STRIDE);
-      mma_async<T, WTN>(acc[0], a, b);
+{% endif %}{% if b_k_major %}      const unsigned long long b = descriptor((s + A_ELEMS + b_at(wn, k)).addr, 16, STRIDE);  // K-major
+{% else %}      const unsigned long long b = descriptor((s + A_ELEMS + b_at(k, wn)).addr, LEADING, STRIDE);
+{% endif %}      mma_async<T, WTN>(acc[0], a, b);
     }
     commit();
 {% if overlap %}    wait_but_one();  // this stage's instructions run on (igemm.h run(): wgmma_overlap)
@@ -138,7 +144,7 @@ struct Config {
         for (int e = 0; e < kf_mma::C_ELEMS; ++e) {
           const int m = wm + kf_mma::c_row(kf_mma::c_row_of(e), lane);
           const int n = wn + j * kf_mma::N + kf_mma::c_col(kf_mma::c_col_of(e), lane);
-          acc[0][j].x[e] += kf_to_float(sa[{% if a_k_major %}a_at(m, k){% else %}a_at(k, m){% endif %}]) * kf_to_float(sb[b_at(k, n)]);
+          acc[0][j].x[e] += kf_to_float(sa[{% if a_k_major %}a_at(m, k){% else %}a_at(k, m){% endif %}]) * kf_to_float(sb[{% if b_k_major %}b_at(n, k){% else %}b_at(k, n){% endif %}]);
         }
 #endif
   }

@@ -171,21 +171,30 @@ class Mma(BwdWeightFamily):
             return f"G={problem.G} exceeds the grid's {GRID_Y_LIMIT} group blocks"
         if p.transpose and problem.N > GRID_Y_LIMIT:
             return f"the transposing pass takes one sample per grid z, at most {GRID_Y_LIMIT} (N={problem.N})"
+        reason = self.chunks_why_not(p, problem)
+        if reason:
+            return reason
+        shared = p.shared_bytes(problem.layout, problem.dtype)
+        if shared > target.shared_optin:
+            return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
+        chunks = self.reduction_stages(p, problem)
+        if p.split_k > chunks:
+            return f"split-K {p.split_k} exceeds the {chunks} reduction chunks of this problem"
+        return None
+
+    def chunks_why_not(self, p: MmaParams, problem: ConvProblem) -> str | None:
+        """Whether the problem's tensors split into the point's copy chunks: along K and C where channels
+        are innermost (as given or as the transposing pass copies them), else along output rows."""
         if cl.channel_innermost(problem.layout) or p.transpose:
             if problem.K % p.vector_a or problem.C % p.vector_b:
                 return (f"chunks of {p.vector_a} along K and {p.vector_b} along C need K and C divisible by "
                         f"them (C={problem.C}, K={problem.K})")
-        else:
-            reason = _row_chunks_why_not(p, problem)
-            if reason:
-                return reason
-        shared = p.shared_bytes(problem.layout, problem.dtype)
-        if shared > target.shared_optin:
-            return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
-        chunks = math.ceil(reduction_length(problem) / p.block_k)
-        if p.split_k > chunks:
-            return f"split-K {p.split_k} exceeds the {chunks} reduction chunks of this problem"
-        return None
+            return None
+        return _row_chunks_why_not(p, problem)
+
+    def reduction_stages(self, p: MmaParams, problem: ConvProblem) -> int:
+        """The pipeline stages of the whole reduction, which split-K shares out."""
+        return math.ceil(reduction_length(problem) / p.block_k)
 
     def layout_values(self, layout: Layout) -> dict[str, Any]:
         r_major = "true" if cl.channel_innermost(layout) else "false"
@@ -205,9 +214,13 @@ class Mma(BwdWeightFamily):
         return staged_conv_args(args, problem, dst, staging_at, OPERAND_BYTES[problem.dtype])
 
     def main_launch(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
-        r_per_split = math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
         return Launch("kf_main", (_tiles(p, problem), math.ceil(problem.G / p.groups_per_tile), p.split_k), (p.threads, 1, 1),
-                      (args, I32(r_per_split), I32(wei_numel)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
+                      (args, I32(self.split_share(p, problem)), I32(wei_numel)),
+                      shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
+
+    def split_share(self, p: MmaParams, problem: ConvProblem) -> int:
+        """The main kernel's share of the reduction a split takes: rows, a multiple of block_k."""
+        return math.ceil(math.ceil(reduction_length(problem) / p.split_k) / p.block_k) * p.block_k
 
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         rows, cols = _gemm_shape(p, problem)
@@ -252,7 +265,7 @@ class Mma(BwdWeightFamily):
         picked within 1.064x (worst 3.12x); on 640 tiles of seeds 23 and 41, looked at after the fit,
         1.029x (worst 1.54x) against 1.065x (2.86x)."""
         base = self.unsplit_blocks(p, problem)
-        steps = math.ceil(reduction_length(problem) / p.block_k)
+        steps = self.reduction_stages(p, problem)
         rows, cols = _gemm_shape(p, problem)
         outputs = rows * cols * math.ceil(problem.G / p.groups_per_tile)
         best = GEMM_SPLITS.best(base, steps, outputs, target.processors)

@@ -1,11 +1,13 @@
 """`pw`: a pointwise layer's weight gradient as the plain GEMM it is (templates/conv_bwd_weight/pw.hip.j2).
 
-A 1x1 filter at stride 1 without padding, in a channels-last layout (NHWGC, GNHWC), makes every output
-position a row of both tensors: dW[g] = dOut[g]^T . In[g] over rows of K and C elements at a fixed pitch.
-The engine's main loop on row chunks (templates/common/igemm_rows.h) streams those rows straight into
-wgmma's swizzled tiles: a thread's copy of a stage is its copy of the last one moved on, where `wgmma`
-works out a position, bounds and an offset for each 16-byte chunk. Split-K and the epilogues are
-`wgmma`'s. Compiled for sm_90a, fp16 / bf16 operands.
+A 1x1 filter at stride 1 without padding makes dW[g] = dOut[g]^T . In[g] over the output positions. In a
+channels-last layout (NHWGC, GNHWC) every output position is a row of both tensors, K and C elements at
+a fixed pitch; in NGCHW every channel of a sample is a run of contiguous positions, the GEMM's reduction,
+which wgmma reads K-major from both operands with no transposing pass. The engine's main loop on row or
+run chunks (templates/common/igemm_rows.h) streams them straight into wgmma's swizzled tiles: a thread's
+copy of a stage is its copy of the last one moved on, where `wgmma` works out a position, bounds and an
+offset for each 16-byte chunk. Split-K and the epilogues are `wgmma`'s. Compiled for sm_90a, fp16 / bf16
+operands.
 """
 
 from __future__ import annotations
@@ -78,17 +80,20 @@ class Pw(Wgmma):
     name = "pw"
     template = "conv_bwd_weight/pw.hip.j2"
     params_type = PwParams
-    description = ("pointwise (1x1, stride 1, unpadded) channels-last layers as a plain GEMM: output positions "
-                   "streamed as rows straight from the tensors into wgmma tiles (sm_90a); split-K")
+    description = ("pointwise (1x1, stride 1, unpadded) layers as a plain GEMM: output positions streamed "
+                   "straight from the tensors into wgmma tiles (sm_90a), as rows (channels-last) or as "
+                   "K-major runs (NGCHW); split-K")
 
     def supported_cells(self) -> frozenset:
-        return frozenset(cell for cell in WGMMA_CELLS if cl.channel_innermost(cell[0]))
+        return WGMMA_CELLS
 
     def cell_allows(self, params: PwParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        return cl.channel_innermost(layout)
+        return True  # every layout reads in place: rows where channels are innermost, else runs
 
     def template_values(self, params: PwParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
-        return BwdWeightFamily.template_values(self, params, layout, dtype, ndim)  # no staging pass, no fp8
+        k_major = not cl.channel_innermost(layout)
+        return (BwdWeightFamily.template_values(self, params, layout, dtype, ndim)  # no staging pass, no fp8
+                | {"k_major": k_major, "wgmma_a_k_major": k_major, "wgmma_b_k_major": k_major})
 
     def why_not_here(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.filter_volume != 1 or any(s != 1 for s in problem.stride):
@@ -96,6 +101,30 @@ class Pw(Wgmma):
         if any(problem.pad) or any(problem.pad_right):
             return "pointwise layers only: no padding"
         return super().why_not_here(p, problem, target)
+
+    def chunks_why_not(self, p: PwParams, problem: ConvProblem) -> str | None:
+        """NGCHW: chunks of positions, so the positions of a sample (the run) must split into them; both
+        operands' chunks run along the same positions, so a pair of widths would only repeat a point."""
+        if cl.channel_innermost(problem.layout):
+            return super().chunks_why_not(p, problem)
+        if p.vector_a != p.vector_b:
+            return "NGCHW chunks run along positions in both operands: one width for both"
+        run = math.prod(problem.output)
+        if run % p.vector_a:
+            return f"chunks of {p.vector_a} positions need the {run} output positions of a sample divisible by it"
+        return None
+
+    def reduction_stages(self, p: PwParams, problem: ConvProblem) -> int:
+        """NGCHW: a stage holds block_k positions of one sample, the last of each sample cut short."""
+        if cl.channel_innermost(problem.layout):
+            return super().reduction_stages(p, problem)
+        return problem.N * math.ceil(math.prod(problem.output) / p.block_k)
+
+    def split_share(self, p: PwParams, problem: ConvProblem) -> int:
+        """NGCHW: pw.hip.j2 takes stages per split."""
+        if cl.channel_innermost(problem.layout):
+            return super().split_share(p, problem)
+        return math.ceil(self.reduction_stages(p, problem) / p.split_k)
 
     def finalize_shape(self, wei_numel: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """pw.hip.j2's kf_finalize: 32 x 8 threads a block, FINALIZE_VECTOR outputs a column of threads."""
@@ -108,5 +137,19 @@ class Pw(Wgmma):
         still picked `mma` / `wgmma` tiles on three of them (1.35-1.43x the best). The pick then ran at
         1.043x the best (worst 1.29x; bench/NOTES.md 44). Four stages a little above six: 0.98x the
         time of the same point with six (272 pairs, the faster in 171); else the name's tie-break
-        picks six."""
-        return super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
+        picks six. NGCHW runs pay `run_cost`."""
+        score = super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
+        return score if cl.channel_innermost(problem.layout) else score - self.run_cost(p, problem)
+
+    def run_cost(self, p: PwParams, problem: ConvProblem) -> float:
+        """NGCHW, in doublings of time: the stage rows a sample's last stage leaves empty, and for an odd
+        run (element-wise copies, not cp.async) 0.5 a doubling of the operands past 1 MB. On the H100 the
+        element-wise points ran 0.77-0.93x the best other family on four layers of 0.4-2.2 MB and
+        1.1-2.8x it on fifteen others, larger or with 7x7 planes (bench/NOTES.md 72)."""
+        run = math.prod(problem.output)
+        stages = math.ceil(run / p.block_k)
+        cost = math.log2(stages * p.block_k / run)
+        if p.vector_a == 1:
+            operand_bytes = problem.N * problem.G * run * (problem.C + problem.K) * OPERAND_BYTES
+            cost += 0.5 * max(0.0, math.log2(operand_bytes / 2**20))
+        return cost

@@ -298,7 +298,10 @@ class Gwl(CompiledShape, BwdWeightFamily):
 
 
 GWL_LEVEL = 12.0  # above the implicit-GEMM families' scores (3.8-5.6 on the twelve): gwl ran 1.1-2.2x faster
-GWL_ONE_TAP = 7.0  # 1x1 filters: below `pw` (15.1 against 17.3 us on a 64-channel layer), whose rows need no window
+# 1x1 filters: below `pw`, whose rows or runs need no window (H100: 15.1 against 17.3 us on a 64-channel
+# NHWGC layer; NGCHW C=32 K=16 112x112, bench/NOTES.md 72, 47.9 against 174.5, where 7 still ranked gwl
+# first: its scores there, 4.8 against pw's 3.8-4.1).
+GWL_ONE_TAP = 9.0
 
 
 def partials_share(p: GwlParams, problem: ConvProblem) -> float:

@@ -201,3 +201,20 @@ def test_channels_last_groups_of_few_channels_take_narrow_vectors():
     problem = _problem("N=16,G=243,C=4,K=4,input=35x35,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
     pick = heuristic_pick(problem, target=H100)
     assert pick.family == "direct" and pick.params.vector <= 2, pick.name
+
+
+# Measured on the H100 (bench/NOTES.md §73): on pointwise layers `pw` ran 0.46-1.13x the time of the best
+# implicit-GEMM point (geomean 0.82x; MobileNetV2's C=160 K=960 7x7 NGCHW: 22.9 against 39.7 us, where the
+# prior before it picked a transposing mma tile, 55.2), and on two-channel groups 6-11x `direct`'s.
+@pytest.mark.parametrize("layout", [Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC])
+@pytest.mark.parametrize("spec", ["N=64,G=1,C=160,K=960,input=7x7,filter=1x1",
+                                  "N=32,G=1,C=512,K=128,input=28x28,filter=1x1",
+                                  "N=64,G=1,C=24,K=144,input=56x56,filter=1x1"])
+def test_pointwise_layers_go_to_pw(spec, layout):
+    assert heuristic_pick(_problem(spec, layout, DType.FP16), target=H100).family == "pw"
+
+
+def test_two_channel_groups_are_not_pw():
+    problem = _problem("N=32,G=244,C=2,K=2,input=20x20,filter=1x1", Layout.NHWGC, DType.FP16)
+    assert not [c for c in lookup(problem, target=H100) if c.family == "pw"]
+    assert heuristic_pick(problem, target=H100).family == "direct"

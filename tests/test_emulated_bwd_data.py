@@ -125,6 +125,18 @@ CASES = [
          lambda p: p.overlap and p.stages == 3 and p.min_blocks == 2),
     Case("wgmma-ngchw-bf16-3d-overlap-transposed", "wgmma", L.NGCHW, D.BF16, "N=1,G=2,C=24,K=64,input=4x5x6,filter=3x3x3,pad=1",
          lambda p: p.overlap and p.stages == 4 and p.transpose),
+    # pw: pointwise layers as a plain GEMM. Channels-last positions as K-major runs (K past a stage's end,
+    # positions past a tile's, groups), NGCHW samples' channel rows of positions (2-element and element-wise
+    # chunks, 3-D, a GKYXC weight), two warpgroups and 256 columns.
+    Case("pw-nhwgc-fp16-2d", "pw", L.NHWGC, D.FP16, "N=3,G=2,C=24,K=40,input=9x11,filter=1x1",
+         lambda p: p.vector_a == 8 and p.vector_b == 8 and p.block_m == 64),
+    Case("pw-gnhwc-bf16-1d-wide", "pw", L.GNHWC, D.BF16, "N=2,G=2,C=136,K=72,input=37,filter=1",
+         lambda p: p.block_m == 128 and p.block_n == 256),
+    Case("pw-ngchw-fp16-2d", "pw", L.NGCHW, D.FP16, "N=2,G=2,C=72,K=24,input=13x10,filter=1x1",
+         lambda p: p.vector_b == 2),
+    Case("pw-gkyxc-bf16-3d", "pw", L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=40,K=136,input=3x4x8,filter=1x1x1",
+         lambda p: p.vector_b == 8 and p.block_n == 128),
+    Case("pw-ngchw-fp16-odd", "pw", L.NGCHW, D.FP16, "N=3,G=1,C=9,K=70,input=7x7,filter=1x1"),
     # Groups side by side in a block's GEMM (groups_per_tile): G not a multiple of them, stride phases, 3-D,
     # grad_input channels-last and GNHWC (its groups far apart), the transposing pass; mma and wgmma.
     Case("mma-nhwgc-fp16-2d-s2-groups-per-tile", "mma", L.NHWGC, D.FP16, "N=2,G=3,C=16,K=24,input=9x7,filter=3x3,stride=2,pad=1",

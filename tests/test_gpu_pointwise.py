@@ -1,15 +1,18 @@
-"""On a GPU: the `pw` family (pointwise layers' backward-weight as a plain GEMM on wgmma).
+"""On a GPU: the `pw` families (pointwise layers' backward-weight and backward-data as plain GEMMs on wgmma).
 
 Every `pw` instance on pointwise problems of odd sizes (reduction rows that end inside a stage, channels
 past a tile's edge and not multiples of 8, several groups, 1-D and 3-D, N=1; channels-last rows and NGCHW
 runs of positions that take 8-, 4-, 2- and 1-element chunks) against the numpy reference; then 60 seeded
 random pointwise problems in every layout, each run with the `pw` instance the heuristic ranks first and
-with the one of each other tile shape and chunk width, through Kernel.run against PyTorch (cuDNN)."""
+with the one of each other tile shape and chunk width, through Kernel.run against PyTorch (cuDNN). The same
+for backward-data's `pw`: every instance on problems of both layout kinds (K past a stage, positions and
+channels past a tile, element-wise chunks, 1-D and 3-D, groups), then 60 random problems against PyTorch."""
 
 import numpy as np
 import pytest
 
 from factory.device import target_for
+from factory.ops.conv_bwd_data import SOLVER as BWD_DATA
 from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import DType, Layout, parse_conv_problem
 from factory.selector import lookup
@@ -43,41 +46,67 @@ def test_every_pw_instance_matches_reference(layout, dtype, spec, gpu_backend):
     check_every_instance("pw", parse_conv_problem(spec, layout, dtype), gpu_backend)
 
 
-def random_problems() -> list:
-    rng = np.random.default_rng(SEED)
+def random_problems(seed: int = SEED, op_solver=SOLVER, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W)) -> list:
+    rng = np.random.default_rng(seed)
     found = []
     while len(found) < COUNT:
         ndim = int(rng.choice([1, 2, 3], p=[0.2, 0.65, 0.15]))
         layout = (L.NHWGC, L.GNHWC, L.NGCHW, L.NGCHW_GKYXC)[int(rng.integers(4))]
-        dtype = (D.FP16, D.BF16, D.BF16_FP32W)[int(rng.integers(3))]
+        dtype = dtypes[int(rng.integers(len(dtypes)))]
         g = int(rng.choice([1, 1, 1, 2, 4]))
         c, k = (int(rng.choice([8, 16, 24, 40, 64, 96, 144, 320])) if rng.random() < 0.8 else int(rng.integers(1, 70))
                 for _ in range(2))
         size_range = {1: (8, 3000), 2: (3, 60), 3: (2, 16)}[ndim]
         sizes = "x".join(str(int(rng.integers(*size_range))) for _ in range(ndim))
         spec = f"N={int(rng.integers(1, 33))},G={g},C={c},K={k},input={sizes},filter={'x'.join(['1'] * ndim)}"
-        found.append(parse_conv_problem(spec, layout, dtype))
+        found.append(op_solver.parse_problem(spec, layout, dtype))
     return found
 
 
 def test_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):
+    check_random_against_pytorch(SOLVER, SEED, gpu_backend)
+
+
+def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W)) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
     target = target_for(gpu_backend.device_info())
     runs, missing = [], []
-    for problem in random_problems():
+    for problem in random_problems(seed, op_solver, dtypes):
         mine = [c for c in lookup(problem, target=target) if c.family == "pw"]
         if not mine:
             missing.append(f"{problem.key}: no pw instance applies")
             continue
-        ranked = sorted(mine, key=lambda c: -SOLVER.heuristic_score(c.family, c.params, problem, target))
+        ranked = sorted(mine, key=lambda c: -op_solver.heuristic_score(c.family, c.params, problem, target))
         by_tile = {}
         for c in ranked:  # the best-ranked point of each tile shape and chunk width
             by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a), c)
         runs += [(problem, c) for c in by_tile.values()]
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
+    ran, failures = run_against_pytorch(runs, gpu_backend, seed)
     failures = missing + failures
-    print(f"{ran} runs on {COUNT} random pointwise problems against PyTorch, {len(failures)} failed")
+    print(f"{ran} runs on {COUNT} random pointwise {op_solver.op.value} problems against PyTorch, {len(failures)} failed")
     assert not failures, "\n".join(failures)
     assert ran == len(runs)
+
+
+BWD_DATA_PROBLEMS = [
+    (L.NHWGC, D.FP16, "N=3,G=1,C=72,K=40,input=23x29,filter=1x1"),
+    (L.NHWGC, D.BF16, "N=64,G=1,C=960,K=160,input=7x7,filter=1x1"),
+    (L.GNHWC, D.FP16, "N=2,G=2,C=200,K=64,input=401,filter=1"),
+    (L.NHWGC, D.BF16, "N=2,G=3,C=6,K=10,input=5x9x11,filter=1x1x1"),
+    (L.NGCHW, D.FP16, "N=32,G=1,C=128,K=512,input=28x28,filter=1x1"),
+    (L.NGCHW, D.BF16, "N=3,G=2,C=40,K=72,input=13x14,filter=1x1"),
+    (L.NGCHW_GKYXC, D.FP16, "N=5,G=1,C=136,K=24,input=300,filter=1"),
+    (L.NGCHW, D.FP16, "N=2,G=1,C=9,K=88,input=7x7,filter=1x1"),
+]
+BWD_DATA_SEED = 2612
+
+
+@pytest.mark.parametrize(("layout", "dtype", "spec"), BWD_DATA_PROBLEMS, ids=lambda v: v if isinstance(v, str) else v.value)
+def test_every_bwd_data_pw_instance_matches_reference(layout, dtype, spec, gpu_backend):
+    check_every_instance("pw", BWD_DATA.parse_problem(spec, layout, dtype), gpu_backend)
+
+
+def test_bwd_data_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):
+    check_random_against_pytorch(BWD_DATA, BWD_DATA_SEED, gpu_backend, (D.FP16, D.BF16))

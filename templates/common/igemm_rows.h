@@ -14,7 +14,8 @@
 //
 // The op is a class with
 //   RowMatrix<T> a_rows(), b_rows()       where the block's A and B matrices start, their row pitch and width
-//                                         (run_rows), or RunMatrix<T> a_runs(), b_runs() (run_runs)
+//                                         (run_rows), or RunMatrix<T> a_runs(), b_runs() (run_runs), or
+//                                         a_runs() and b_rows() (run_runs_rows)
 //   CRow c_row(int m), CCol c_col(int n)  as for run()
 //   void store_pair(const CRow&, const CCol& c0, const CCol& c1, float v0, float v1)   C(m, c0) and C(m, c1),
 //                                         two adjacent columns, in range or not
@@ -213,6 +214,17 @@ __device__ __forceinline__ void run_runs(const Op& op, typename Cfg::T* smem_ptr
   RunChunks<Cfg, Cfg::BM, Cfg::VA, true> a(op.a_runs(), m0, q_begin);
   RunChunks<Cfg, Cfg::BN, Cfg::VB, false> b(op.b_runs(), n0, q_begin);
   run_stages<Cfg>(op, smem_ptr, m0, n0, q_end > q_begin ? q_end - q_begin : 0, a, b);
+}
+
+// The block's tile (m0, n0) over the whole reduction of a run matrix A (K-major, one run a row: a channels-last
+// tensor's positions as rows of `run` channels) by a row matrix B (r-major: a weight's rows).
+template <class Cfg, class Op>
+__device__ __forceinline__ void run_runs_rows(const Op& op, typename Cfg::T* smem_ptr, int m0, int n0) {
+  static_assert(!Cfg::A_RMAJOR && Cfg::B_RMAJOR, "K-major A, r-major B");
+  const RunMatrix<typename Cfg::T> am = op.a_runs();
+  RunChunks<Cfg, Cfg::BM, Cfg::VA, true> a(am, m0, 0);
+  RowChunks<Cfg, Cfg::BN, Cfg::VB, false> b(op.b_rows(), n0, 0, am.run);
+  run_stages<Cfg>(op, smem_ptr, m0, n0, (am.run + Cfg::BK - 1) / Cfg::BK, a, b);
 }
 
 }  // namespace kf_igemm

@@ -19,6 +19,7 @@ write an int32 grad_input (int8_sat: the same sums saturated to an int8 grad_inp
   problems split by stride phase so no product with a tap that cannot reach an input is computed.
 - `wgmma`: the same GEMM on Hopper's warpgroup MMA (sm_90a), operands read from swizzled shared memory.
 - `mfma`: the same GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts).
+- `pw`: pointwise layers (1x1, stride 1, unpadded) as a plain GEMM on wgmma: no gather, no phases.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .dwm import Dwm, DwmParams
 from .dwc import Dwc, DwcParams
 from .mfma import Mfma, MfmaParams
 from .mma import Mma, MmaParams
+from .pw import Pw, PwParams
 from .reference import reference_logical
 from .wgmma import Wgmma, WgmmaParams
 
@@ -49,7 +51,7 @@ class ConvBwdData(ConvOp):
     """The `conv_bwd_data` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_DATA
-    family_list = (Direct(), Dwr(), Dws(), Dwp(), Dwm(), Dwc(), Mma(), Wgmma(), Mfma())
+    family_list = (Direct(), Dwr(), Dws(), Dwp(), Dwm(), Dwc(), Mma(), Wgmma(), Mfma(), Pw())
     # Leave-one-out over the H100 suite + seed-21 DB with the fitted prior: neighbours at 3.7-4.9 served
     # at 1.00-1.45x the winner (geomean 1.21), the prior at 1.00-1.16x (1.08); none nearer to measure, so
     # the reach stays well inside that: two doublings of sizes. bench/NOTES.md 28d.
@@ -127,4 +129,4 @@ class ConvBwdData(ConvOp):
 
 SOLVER = ConvBwdData()
 
-__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwpParams", "DwrParams", "DwsParams", "DwmParams", "DwcParams", "MfmaParams", "MmaParams", "WgmmaParams", "reference_logical"]
+__all__ = ["SOLVER", "ConvBwdData", "DirectParams", "DwpParams", "DwrParams", "DwsParams", "DwmParams", "DwcParams", "MfmaParams", "MmaParams", "PwParams", "WgmmaParams", "reference_logical"]

@@ -1,0 +1,152 @@
+"""`pw`: a pointwise layer's input gradient as the plain GEMM it is (templates/conv_bwd_data/pw.hip.j2).
+
+A 1x1 filter at stride 1 without padding makes dIn[g] = dOut[g] . W[g] with no gather and no stride phases.
+Channels-last (NHWGC, GNHWC): the group's positions are the GEMM's rows, read as K-major runs of K
+channels, the weight's rows r-major. NGCHW (both weight layouts are one for a 1x1 filter): each sample's
+GEMM transposed, the weight's rows as A and the output gradient's channel rows of positions as B, both
+r-major. The engine's main loop on row and run chunks (templates/common/igemm_rows.h) streams them
+straight into wgmma's swizzled tiles (sm_90a), fp16 / bf16 operands. The reduction (K) is a layer's
+output channels, short beside the rows, so there is no split-K: every grad_input element is written once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import ConvProblem, DType, Layout
+from ..base import Launch, Struct
+from ..conv import layouts as cl
+from ..conv.family import WgmmaRules
+from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily, input_positions
+from .wgmma import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, MIN_PRODUCTS, OPERAND_BYTES, SWIZZLE_ROW
+
+CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16))
+GRID_X_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class PwParams:
+    block_m: int  # GEMM rows a block owns: 64 a warpgroup (positions channels-last, input channels NGCHW)
+    block_n: int  # GEMM columns (input channels channels-last, positions NGCHW): a multiple of 64 up to 256
+    block_k: int  # output channels a pipeline stage holds: whole 64-element swizzle rows
+    stages: int
+    vector_a: int  # elements a copy moves: along K (channels-last) or C (NGCHW) for A
+    vector_b: int  # along C (channels-last) or positions (NGCHW) for B
+
+    def __post_init__(self) -> None:
+        if self.block_m % GROUP_ROWS or not 0 < self.block_m <= 4 * GROUP_ROWS:
+            raise ValueError(f"block_m {self.block_m} must be 64, 128, 192 or 256 (64 rows a warpgroup)")
+        if self.block_n % SWIZZLE_ROW or not 0 < self.block_n <= MAX_N:
+            raise ValueError(f"block_n {self.block_n} must be a multiple of {SWIZZLE_ROW} up to {MAX_N}")
+        if self.block_k % SWIZZLE_ROW or self.threads % self.block_k:
+            raise ValueError(f"block_k {self.block_k} must be a multiple of {SWIZZLE_ROW} dividing the "
+                             f"{self.threads} threads")
+        if self.stages < 2:
+            raise ValueError("the pipeline needs at least 2 stages")
+        for v in (self.vector_a, self.vector_b):
+            if v not in (1, 2, 4, 8):
+                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
+
+    @property
+    def groups_m(self) -> int:
+        return self.block_m // GROUP_ROWS
+
+    @property
+    def threads(self) -> int:
+        return self.groups_m * GROUP_THREADS
+
+    def shared_bytes(self) -> int:
+        """The stages of A and B tiles, plus room to align the base to a swizzle atom."""
+        return (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages + ATOM_BYTES - 16
+
+    def suffix(self) -> str:
+        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}"
+
+    def template_values(self) -> dict[str, Any]:
+        return {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k, "groups_m": self.groups_m,
+                "threads": self.threads, "stages": self.stages, "vector_a": self.vector_a, "vector_b": self.vector_b}
+
+
+class Pw(WgmmaRules, BwdDataFamily):
+    name = "pw"
+    template = "conv_bwd_data/pw.hip.j2"
+    params_type = PwParams
+    description = ("pointwise (1x1, stride 1, unpadded) layers as a plain GEMM on wgmma (sm_90a): channels-last "
+                   "positions as K-major rows, NGCHW samples' channel rows of positions; fp16, bf16")
+
+    def supported_cells(self) -> frozenset:
+        return CELLS
+
+    def layout_values(self, params: PwParams, layout: Layout) -> dict[str, Any]:
+        channels_last = cl.channel_innermost(layout)
+        # Channels-last A (the output gradient's positions) is K-major; NGCHW's weight rows are r-major.
+        return {"channels_last": channels_last, "wgmma_a_k_major": channels_last}
+
+    def why_not_here(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
+        if problem.filter_volume != 1 or any(s != 1 for s in problem.stride):
+            return "pointwise layers only: a 1x1 filter at stride 1"
+        if any(problem.pad) or any(problem.pad_right):
+            return "pointwise layers only: no padding"
+        if problem.C * problem.K < MIN_PRODUCTS:
+            return (f"C*K = {problem.C * problem.K} per group: a 64-channel wgmma tile would mostly multiply "
+                    f"padding (at least {MIN_PRODUCTS})")
+        a_along, b_along = _chunked_extents(problem)
+        for v, (what, extent) in ((p.vector_a, a_along), (p.vector_b, b_along)):
+            if extent % v:
+                return f"chunks of {v} along {what} need {what} ({extent}) divisible by it"
+        if p.shared_bytes() > target.shared_optin:
+            return (f"the pipeline needs {p.shared_bytes()} bytes of shared memory, over the {target.shared_optin} "
+                    f"of {target.arch}")
+        if problem.G > GRID_Y_LIMIT or (not cl.channel_innermost(problem.layout) and problem.N > GRID_Y_LIMIT):
+            return f"G={problem.G} and (NGCHW) N={problem.N} must each be at most {GRID_Y_LIMIT} (the grid's y and z)"
+        if _tiles(p, problem) > GRID_X_LIMIT:
+            return "too many tiles for the grid"
+        return None
+
+    def main_launch(self, p: PwParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
+        samples = 1 if cl.channel_innermost(problem.layout) else problem.N
+        return Launch("kf_main", (_tiles(p, problem), problem.G, samples), (p.threads, 1, 1), (args,),
+                      shared_bytes=p.shared_bytes())
+
+    def heuristic_score(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> float:
+        """In doublings of time: PW_LEVEL, above the implicit-GEMM families (whose gathers, phases and stores a
+        pointwise layer does not need: on the H100 pw's best ran 0.46-1.13x the time of their best, geomean
+        0.82x, on 36 pointwise suite layers, bench/NOTES.md 73), less a least-squares time model over every pw
+        point of the 61 tuned H100 problems (log2 time over the problem's best pw point): 0.19 a doubling of
+        block_n, -0.04 of block_m, -0.18 for four stages, -0.23 / -0.18 a doubling of A's / B's chunks,
+        -0.23 a doubling of the share of the tile the GEMM fills, 0.12 a halving of the waves (two blocks an
+        SM) below one and 0.08 a doubling past it."""
+        rows, cols = _gemm_shape(problem)
+        used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
+        blocks = _tiles(p, problem) * problem.G * (1 if cl.channel_innermost(problem.layout) else problem.N)
+        waves = math.log2(blocks / (2 * target.processors))
+        slower = (0.186 * math.log2(p.block_n / GROUP_ROWS) - 0.037 * math.log2(p.block_m / GROUP_ROWS)
+                  - 0.178 * (p.stages == 4) - 0.227 * math.log2(p.vector_a) - 0.177 * math.log2(p.vector_b)
+                  - 0.234 * math.log2(used) - 0.115 * min(0.0, waves) + 0.079 * max(0.0, waves))
+        return PW_LEVEL - slower
+
+
+PW_LEVEL = 7.0  # above mma's and wgmma's scores on pointwise layers (3-6)
+
+
+def _gemm_shape(problem: ConvProblem) -> tuple[int, int]:
+    """One block column's GEMM rows and columns (per group; NGCHW per sample)."""
+    positions = math.prod(problem.input)
+    if cl.channel_innermost(problem.layout):
+        return input_positions(problem), problem.C
+    return problem.C, positions
+
+
+def _chunked_extents(problem: ConvProblem) -> tuple[tuple[str, int], tuple[str, int]]:
+    """What A's and B's chunks run along, and its extent."""
+    if cl.channel_innermost(problem.layout):
+        return ("K", problem.K), ("C", problem.C)
+    return ("C", problem.C), ("the positions of a sample", math.prod(problem.input))
+
+
+def _tiles(p: PwParams, problem: ConvProblem) -> int:
+    rows, cols = _gemm_shape(problem)
+    return math.ceil(rows / p.block_m) * math.ceil(cols / p.block_n)

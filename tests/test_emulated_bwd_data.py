@@ -127,7 +127,8 @@ CASES = [
          lambda p: p.overlap and p.stages == 4 and p.transpose),
     # pw: pointwise layers as a plain GEMM. Channels-last positions as K-major runs (K past a stage's end,
     # positions past a tile's, groups), NGCHW samples' channel rows of positions (2-element and element-wise
-    # chunks, 3-D, a GKYXC weight), two warpgroups and 256 columns.
+    # chunks, 3-D, a GKYXC weight), two warpgroups and 256 columns; tiles staged through shared memory (rows
+    # and columns past the tile's edge).
     Case("pw-nhwgc-fp16-2d", "pw", L.NHWGC, D.FP16, "N=3,G=2,C=24,K=40,input=9x11,filter=1x1",
          lambda p: p.vector_a == 8 and p.vector_b == 8 and p.block_m == 64),
     Case("pw-gnhwc-bf16-1d-wide", "pw", L.GNHWC, D.BF16, "N=2,G=2,C=136,K=72,input=37,filter=1",
@@ -137,6 +138,10 @@ CASES = [
     Case("pw-gkyxc-bf16-3d", "pw", L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=40,K=136,input=3x4x8,filter=1x1x1",
          lambda p: p.vector_b == 8 and p.block_n == 128),
     Case("pw-ngchw-fp16-odd", "pw", L.NGCHW, D.FP16, "N=3,G=1,C=9,K=70,input=7x7,filter=1x1"),
+    Case("pw-nhwgc-bf16-2d-staged", "pw", L.NHWGC, D.BF16, "N=2,G=2,C=72,K=40,input=9x11,filter=1x1",
+         lambda p: p.store.value == "staged" and p.block_n == 64),
+    Case("pw-ngchw-fp16-2d-staged", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=136,K=24,input=10x16,filter=1x1",
+         lambda p: p.store.value == "staged" and p.block_m == 128),
     # Groups side by side in a block's GEMM (groups_per_tile): G not a multiple of them, stride phases, 3-D,
     # grad_input channels-last and GNHWC (its groups far apart), the transposing pass; mma and wgmma.
     Case("mma-nhwgc-fp16-2d-s2-groups-per-tile", "mma", L.NHWGC, D.FP16, "N=2,G=3,C=16,K=24,input=9x7,filter=3x3,stride=2,pad=1",

@@ -18,7 +18,8 @@
 //                                         a_runs() and b_rows() (run_runs_rows)
 //   CRow c_row(int m), CCol c_col(int n)  as for run()
 //   void store_pair(const CRow&, const CCol& c0, const CCol& c1, float v0, float v1)   C(m, c0) and C(m, c1),
-//                                         two adjacent columns, in range or not
+//                                         two adjacent columns, in range or not (shared memory is free
+//                                         by then: a tile may be staged there)
 // Needs prelude.h, mma.h, igemm.h and a configuration of tiles with one slice (wgmma.h's, or igemm.h's).
 #pragma once
 
@@ -174,7 +175,9 @@ __device__ __forceinline__ void run_stages(const Op& op, typename Cfg::T* smem_p
 
   // Each accumulator row and column mapped to the output once (a lane holds few, each many times). A
   // lane's elements 2h and 2h + 1 of a fragment are two adjacent columns of one row (mma.h), handed to
-  // the op together so that it may store them as one vector.
+  // the op together so that it may store them as one vector. Every warp is done with the pipeline's shared
+  // memory first, so an op may stage its tile there.
+  __syncthreads();
   static_assert(kf_mma::C_ELEMS == 4 && kf_mma::C_ROWS == 2 && kf_mma::C_COLS == 2, "pairs of columns per row");
   using CRow = decltype(op.c_row(0));
   using CCol = decltype(op.c_col(0));

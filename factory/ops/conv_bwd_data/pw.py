@@ -21,6 +21,7 @@ from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily, input_positions
+from .mma import TileStore
 from .wgmma import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, MIN_PRODUCTS, OPERAND_BYTES, SWIZZLE_ROW
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16))
@@ -35,6 +36,7 @@ class PwParams:
     stages: int
     vector_a: int  # elements a copy moves: along K (channels-last) or C (NGCHW) for A
     vector_b: int  # along C (channels-last) or positions (NGCHW) for B
+    store: TileStore = TileStore.ELEMENT  # STAGED: the tile through shared memory, 16 bytes a thread
 
     def __post_init__(self) -> None:
         if self.block_m % GROUP_ROWS or not 0 < self.block_m <= 4 * GROUP_ROWS:
@@ -63,11 +65,13 @@ class PwParams:
         return (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages + ATOM_BYTES - 16
 
     def suffix(self) -> str:
-        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}"
+        staged = "_st" if self.store is TileStore.STAGED else ""
+        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}{staged}"
 
     def template_values(self) -> dict[str, Any]:
         return {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k, "groups_m": self.groups_m,
-                "threads": self.threads, "stages": self.stages, "vector_a": self.vector_a, "vector_b": self.vector_b}
+                "threads": self.threads, "stages": self.stages, "vector_a": self.vector_a, "vector_b": self.vector_b,
+                "staged_store": self.store is TileStore.STAGED}
 
 
 class Pw(WgmmaRules, BwdDataFamily):
@@ -114,18 +118,21 @@ class Pw(WgmmaRules, BwdDataFamily):
     def heuristic_score(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """In doublings of time: PW_LEVEL, above the implicit-GEMM families (whose gathers, phases and stores a
         pointwise layer does not need: on the H100 pw's best ran 0.46-1.13x the time of their best, geomean
-        0.82x, on 36 pointwise suite layers, bench/NOTES.md 73), less a least-squares time model over every pw
-        point of the 61 tuned H100 problems (log2 time over the problem's best pw point): 0.19 a doubling of
-        block_n, -0.04 of block_m, -0.18 for four stages, -0.23 / -0.18 a doubling of A's / B's chunks,
-        -0.23 a doubling of the share of the tile the GEMM fills, 0.12 a halving of the waves (two blocks an
-        SM) below one and 0.08 a doubling past it."""
+        0.82x, on 36 pointwise suite layers before the staged store, bench/NOTES.md 73), less a least-squares
+        time model over every pw point of 61 tuned H100 problems (log2 time over the problem's best pw
+        point): the staged store -0.40 (+0.28 back with four stages), four stages -0.18, 0.29 a doubling of
+        block_n, 0.05 of block_m, -0.22 / -0.16 a doubling of A's / B's chunks, -0.06 a doubling of the share
+        of the tile the GEMM fills, 0.04 a halving of the waves (two blocks an SM) below one and 0.14 a
+        doubling past it."""
         rows, cols = _gemm_shape(problem)
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         blocks = _tiles(p, problem) * problem.G * (1 if cl.channel_innermost(problem.layout) else problem.N)
         waves = math.log2(blocks / (2 * target.processors))
-        slower = (0.186 * math.log2(p.block_n / GROUP_ROWS) - 0.037 * math.log2(p.block_m / GROUP_ROWS)
-                  - 0.178 * (p.stages == 4) - 0.227 * math.log2(p.vector_a) - 0.177 * math.log2(p.vector_b)
-                  - 0.234 * math.log2(used) - 0.115 * min(0.0, waves) + 0.079 * max(0.0, waves))
+        staged = p.store is TileStore.STAGED
+        slower = (-0.397 * staged + 0.284 * (staged and p.stages == 4) - 0.184 * (p.stages == 4)
+                  + 0.287 * math.log2(p.block_n / GROUP_ROWS) + 0.049 * math.log2(p.block_m / GROUP_ROWS)
+                  - 0.216 * math.log2(p.vector_a) - 0.157 * math.log2(p.vector_b)
+                  - 0.061 * math.log2(used) - 0.043 * min(0.0, waves) + 0.143 * max(0.0, waves))
         return PW_LEVEL - slower
 
 

@@ -15,7 +15,7 @@ from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER as BWD_DATA
 from factory.ops.conv_bwd_data.wgmma import MIN_PRODUCTS
 from factory.ops.conv_bwd_weight import SOLVER
-from factory.problem import DType, Layout, parse_conv_problem
+from factory.problem import DType, Layout
 from factory.selector import lookup
 from gpu_against_torch import check_every_instance, run_against_pytorch
 
@@ -40,11 +40,24 @@ PROBLEMS = [
 ]
 SEED = 2611
 COUNT = 60
+BWD_DATA_PROBLEMS = [
+    (L.NHWGC, D.FP16, "N=3,G=1,C=72,K=40,input=23x29,filter=1x1"),
+    (L.NHWGC, D.BF16, "N=64,G=1,C=960,K=160,input=7x7,filter=1x1"),
+    (L.GNHWC, D.FP16, "N=2,G=2,C=200,K=64,input=401,filter=1"),
+    (L.NHWGC, D.BF16, "N=2,G=3,C=6,K=10,input=5x9x11,filter=1x1x1"),
+    (L.NGCHW, D.FP16, "N=32,G=1,C=128,K=512,input=28x28,filter=1x1"),
+    (L.NGCHW, D.BF16, "N=3,G=2,C=40,K=72,input=13x14,filter=1x1"),
+    (L.NGCHW_GKYXC, D.FP16, "N=5,G=1,C=136,K=24,input=300,filter=1"),
+    (L.NGCHW, D.FP16, "N=2,G=1,C=9,K=88,input=7x7,filter=1x1"),
+]
+BWD_DATA_SEED = 2612
+EVERY_INSTANCE = [(SOLVER, *p) for p in PROBLEMS] + [(BWD_DATA, *p) for p in BWD_DATA_PROBLEMS]
 
 
-@pytest.mark.parametrize(("layout", "dtype", "spec"), PROBLEMS, ids=lambda v: v if isinstance(v, str) else v.value)
-def test_every_pw_instance_matches_reference(layout, dtype, spec, gpu_backend):
-    check_every_instance("pw", parse_conv_problem(spec, layout, dtype), gpu_backend)
+@pytest.mark.parametrize(("op_solver", "layout", "dtype", "spec"), EVERY_INSTANCE,
+                         ids=lambda v: v if isinstance(v, str) else getattr(v, "op", v).value)
+def test_every_pw_instance_matches_reference(op_solver, layout, dtype, spec, gpu_backend):
+    check_every_instance("pw", op_solver.parse_problem(spec, layout, dtype), gpu_backend)
 
 
 def random_problems(seed: int = SEED, op_solver=SOLVER, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W),
@@ -96,22 +109,6 @@ def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tupl
     assert ran == len(runs)
 
 
-BWD_DATA_PROBLEMS = [
-    (L.NHWGC, D.FP16, "N=3,G=1,C=72,K=40,input=23x29,filter=1x1"),
-    (L.NHWGC, D.BF16, "N=64,G=1,C=960,K=160,input=7x7,filter=1x1"),
-    (L.GNHWC, D.FP16, "N=2,G=2,C=200,K=64,input=401,filter=1"),
-    (L.NHWGC, D.BF16, "N=2,G=3,C=6,K=10,input=5x9x11,filter=1x1x1"),
-    (L.NGCHW, D.FP16, "N=32,G=1,C=128,K=512,input=28x28,filter=1x1"),
-    (L.NGCHW, D.BF16, "N=3,G=2,C=40,K=72,input=13x14,filter=1x1"),
-    (L.NGCHW_GKYXC, D.FP16, "N=5,G=1,C=136,K=24,input=300,filter=1"),
-    (L.NGCHW, D.FP16, "N=2,G=1,C=9,K=88,input=7x7,filter=1x1"),
-]
-BWD_DATA_SEED = 2612
-
-
-@pytest.mark.parametrize(("layout", "dtype", "spec"), BWD_DATA_PROBLEMS, ids=lambda v: v if isinstance(v, str) else v.value)
-def test_every_bwd_data_pw_instance_matches_reference(layout, dtype, spec, gpu_backend):
-    check_every_instance("pw", BWD_DATA.parse_problem(spec, layout, dtype), gpu_backend)
 
 
 def test_bwd_data_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):

@@ -20,16 +20,17 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
+from ..conv.warpgroups import GROUP_ROWS, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily, input_positions
 from .mma import TileStore
-from .wgmma import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, MIN_PRODUCTS, OPERAND_BYTES, SWIZZLE_ROW
+from .wgmma import MIN_PRODUCTS
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16))
 GRID_X_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class PwParams:
+class PwParams(StackedWarpgroups):
     block_m: int  # GEMM rows a block owns: 64 a warpgroup (positions channels-last, input channels NGCHW)
     block_n: int  # GEMM columns (input channels channels-last, positions NGCHW): a multiple of 64 up to 256
     block_k: int  # output channels a pipeline stage holds: whole 64-element swizzle rows
@@ -39,30 +40,11 @@ class PwParams:
     store: TileStore = TileStore.ELEMENT  # STAGED: the tile through shared memory, 16 bytes a thread
 
     def __post_init__(self) -> None:
-        if self.block_m % GROUP_ROWS or not 0 < self.block_m <= 4 * GROUP_ROWS:
-            raise ValueError(f"block_m {self.block_m} must be 64, 128, 192 or 256 (64 rows a warpgroup)")
-        if self.block_n % SWIZZLE_ROW or not 0 < self.block_n <= MAX_N:
-            raise ValueError(f"block_n {self.block_n} must be a multiple of {SWIZZLE_ROW} up to {MAX_N}")
-        if self.block_k % SWIZZLE_ROW or self.threads % self.block_k:
-            raise ValueError(f"block_k {self.block_k} must be a multiple of {SWIZZLE_ROW} dividing the "
-                             f"{self.threads} threads")
-        if self.stages < 2:
-            raise ValueError("the pipeline needs at least 2 stages")
-        for v in (self.vector_a, self.vector_b):
-            if v not in (1, 2, 4, 8):
-                raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
-
-    @property
-    def groups_m(self) -> int:
-        return self.block_m // GROUP_ROWS
-
-    @property
-    def threads(self) -> int:
-        return self.groups_m * GROUP_THREADS
+        self.check_block()
+        check_pipeline(self, self.threads, SWIZZLE_ROW)  # K-major A: whole swizzle rows of reduction elements
 
     def shared_bytes(self) -> int:
-        """The stages of A and B tiles, plus room to align the base to a swizzle atom."""
-        return (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages + ATOM_BYTES - 16
+        return self.pipeline_bytes()  # a staged tile reuses the pipeline's shared memory
 
     def suffix(self) -> str:
         staged = "_st" if self.store is TileStore.STAGED else ""

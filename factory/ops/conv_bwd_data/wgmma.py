@@ -16,18 +16,13 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..conv.family import WgmmaRules
 from ..conv import layouts as cl
+from ..conv.warpgroups import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, OPERAND_BYTES, SWIZZLE_ROW
 from ..conv.transpose import transpose_values
 from .common import ALL_CELLS
 from .mma import (ACC_BYTES, MAX_TAPS, TAP_BYTES, Mma, PhaseLaunch, TileStore, check_groups_per_tile,
                   groups_suffix)
 
-GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
-GROUP_THREADS = 128
-SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzle row: the K-major output-gradient rows hold whole ones
-MAX_N = 256  # the widest wgmma
 SWIZZLE_UNIT = 8  # 16-bit elements in a 16-byte unit of the swizzled tiles
-ATOM_BYTES = 1024  # a swizzle atom; the pipeline's base is aligned to it
-OPERAND_BYTES = 2
 # Groups whose GEMM is smaller than this (C*K) are left to `mma` and the memory-bound families: on random seed
 # 103 (H100) wgmma's best ran 1.5-700x the time of the best other family on every such problem, depthwise
 # ones taking milliseconds of tune time each (bench/NOTES.md section 59).

@@ -19,17 +19,18 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..conv import layouts as cl
+from ..conv.warpgroups import OPERAND_BYTES, StackedWarpgroups, check_pipeline
 from .common import BwdWeightFamily, Reduction, check_split
 from .mma import gemm_template_values
 from .wgmma import CELLS as WGMMA_CELLS
-from .wgmma import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, OPERAND_BYTES, SWIZZLE_ROW, Wgmma, check_pipeline
+from .wgmma import Wgmma
 
 
 FINALIZE_VECTOR = 4  # outputs a thread of pw.hip.j2's kf_finalize sums
 
 
 @dataclass(frozen=True)
-class PwParams:
+class PwParams(StackedWarpgroups):
     block_m: int  # rows of dW (K) a block owns: 64 a warpgroup
     block_n: int  # columns of dW (C): one wgmma's width, a multiple of 64 up to 256
     block_k: int  # reduction rows (output positions) a pipeline stage holds
@@ -49,23 +50,11 @@ class PwParams:
 
     def __post_init__(self) -> None:
         check_split(self.split_k, self.reduction)
-        if self.block_m % GROUP_ROWS or not 0 < self.block_m <= 4 * GROUP_ROWS:
-            raise ValueError(f"block_m {self.block_m} must be 64, 128, 192 or 256 (64 rows per warpgroup)")
-        if self.block_n % SWIZZLE_ROW or not 0 < self.block_n <= MAX_N:
-            raise ValueError(f"block_n {self.block_n} must be a multiple of {SWIZZLE_ROW} up to {MAX_N}")
+        self.check_block()
         check_pipeline(self, self.threads)
 
-    @property
-    def groups_m(self) -> int:
-        return self.block_m // GROUP_ROWS
-
-    @property
-    def threads(self) -> int:
-        return self.groups_m * GROUP_THREADS
-
     def shared_bytes(self, layout: Layout, dtype: DType) -> int:
-        """The stages of A and B tiles, plus room to align the base to a swizzle atom."""
-        return (self.block_m + self.block_n) * self.block_k * OPERAND_BYTES * self.stages + ATOM_BYTES - 16
+        return self.pipeline_bytes()
 
     def suffix(self) -> str:
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}"

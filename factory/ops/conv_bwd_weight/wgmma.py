@@ -17,32 +17,13 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..conv.family import WgmmaRules
 from ..conv import layouts as cl
+from ..conv.warpgroups import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, OPERAND_BYTES, SWIZZLE_ROW, check_pipeline
 from .common import ALL_CELLS, Reduction, check_split
 from .mma import Mma, gemm_template_values, staging_fits_layout
 
-GROUP_ROWS = 64  # rows of one wgmma: a warpgroup's share of the block tile
-GROUP_THREADS = 128
-INSTRUCTION_K = 16
-SWIZZLE_ROW = 64  # 16-bit elements in a 128-byte swizzle row
-MAX_N = 256  # the widest wgmma
-ATOM_BYTES = 1024  # a swizzle atom; the pipeline's base is aligned to it
 MAX_THREADS = 1024
 UNIT = 8  # 16-bit elements in a 16-byte unit: a chunk stays within one
-OPERAND_BYTES = 2
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16, DType.BF16_FP32W))
-
-
-def check_pipeline(p: Any, threads: int) -> None:
-    """What every wgmma pipeline needs of a tuning point: whole instructions and whole threads per
-    reduction row in a stage, two stages at least, chunks within a 16-byte unit."""
-    if p.block_k % INSTRUCTION_K or threads % p.block_k:
-        raise ValueError(f"block_k {p.block_k} must be a multiple of {INSTRUCTION_K} dividing a pipeline's "
-                         f"{threads} threads")
-    if p.stages < 2:
-        raise ValueError("the pipeline needs at least 2 stages")
-    for v in (p.vector_a, p.vector_b):
-        if v not in (1, 2, 4, 8):
-            raise ValueError(f"vector width {v} must be 1, 2, 4 or 8 (within a 16-byte unit)")
 
 
 @dataclass(frozen=True)

@@ -146,8 +146,10 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         drawn = random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (1, 2))
     else:
         drawn = random_depthwise_problems() if family in DEPTHWISE_ONLY else random_problems()
-    if family == "wgmma":  # 16-bit operands, groups of C*K >= 256
-        drawn = random_problems((D.FP16, D.BF16), WGMMA_MIN_PRODUCTS)
+    if family == "wgmma":  # 16-bit operands, groups of C*K >= 256; the problems it serves (K takes 2-element chunks)
+        drawn = [p for p in random_problems((D.FP16, D.BF16), WGMMA_MIN_PRODUCTS)
+                 if any(c.family == "wgmma" for c in lookup(p, target=target))]
+        assert len(drawn) >= 40
     if family == "dwp":  # runs of at least four planes (N x G >= 4)
         drawn = [p for p in drawn if p.N * p.G >= DWP_MIN_PLANES]
         assert len(drawn) >= 90

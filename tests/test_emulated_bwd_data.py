@@ -142,6 +142,12 @@ CASES = [
          lambda p: p.store.value == "staged" and p.block_n == 64),
     Case("pw-ngchw-fp16-2d-staged", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=136,K=24,input=10x16,filter=1x1",
          lambda p: p.store.value == "staged" and p.block_m == 128),
+    # Strided channels-last layers: each output position's input, zeros to the rest of its stride cell (input
+    # extents that cut the last cell short, 1-D stride 3, 3-D strides 2x1x2).
+    Case("pw-nhwgc-fp16-2d-s2", "pw", L.NHWGC, D.FP16, "N=2,G=2,C=72,K=40,input=9x12,filter=1x1,stride=2",
+         lambda p: p.block_m == 64),
+    Case("pw-gnhwc-bf16-1d-s3", "pw", L.GNHWC, D.BF16, "N=3,G=1,C=64,K=24,input=40,filter=1,stride=3"),
+    Case("pw-nhwgc-bf16-3d-s212", "pw", L.NHWGC, D.BF16, "N=1,G=1,C=24,K=16,input=5x3x7,filter=1x1x1,stride=2x1x2"),
     # Groups side by side in a block's GEMM (groups_per_tile): G not a multiple of them, stride phases, 3-D,
     # grad_input channels-last and GNHWC (its groups far apart), the transposing pass; mma and wgmma.
     Case("mma-nhwgc-fp16-2d-s2-groups-per-tile", "mma", L.NHWGC, D.FP16, "N=2,G=3,C=16,K=24,input=9x7,filter=3x3,stride=2,pad=1",

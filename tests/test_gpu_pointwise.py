@@ -6,7 +6,8 @@ runs of positions that take 8-, 4-, 2- and 1-element chunks) against the numpy r
 random pointwise problems in every layout, each run with the `pw` instance the heuristic ranks first and
 with the one of each other tile shape and chunk width, through Kernel.run against PyTorch (cuDNN). The same
 for backward-data's `pw`: every instance on problems of both layout kinds (K past a stage, positions and
-channels past a tile, element-wise chunks, 1-D and 3-D, groups), then 60 random problems against PyTorch."""
+channels past a tile, element-wise chunks, 1-D and 3-D, groups, strided channels-last layers), then 60
+random problems against PyTorch, a third of the channels-last ones strided."""
 
 import numpy as np
 import pytest
@@ -49,6 +50,9 @@ BWD_DATA_PROBLEMS = [
     (L.NGCHW, D.BF16, "N=3,G=2,C=40,K=72,input=13x14,filter=1x1"),
     (L.NGCHW_GKYXC, D.FP16, "N=5,G=1,C=136,K=24,input=300,filter=1"),
     (L.NGCHW, D.FP16, "N=2,G=1,C=9,K=88,input=7x7,filter=1x1"),
+    (L.NHWGC, D.FP16, "N=8,G=1,C=256,K=128,input=28x28,filter=1x1,stride=2"),
+    (L.GNHWC, D.BF16, "N=3,G=2,C=72,K=40,input=13x9,filter=1x1,stride=2"),
+    (L.NHWGC, D.BF16, "N=2,G=1,C=64,K=48,input=5x7x9,filter=1x1x1,stride=2x1x3"),
 ]
 BWD_DATA_SEED = 2612
 EVERY_INSTANCE = [(SOLVER, *p) for p in PROBLEMS] + [(BWD_DATA, *p) for p in BWD_DATA_PROBLEMS]
@@ -61,8 +65,9 @@ def test_every_pw_instance_matches_reference(op_solver, layout, dtype, spec, gpu
 
 
 def random_problems(seed: int = SEED, op_solver=SOLVER, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W),
-                    keep=lambda problem: True) -> list:
-    """COUNT pointwise problems of `op_solver`'s op drawn from `seed`, those `keep` refuses drawn again."""
+                    keep=lambda problem: True, strided: bool = False) -> list:
+    """COUNT pointwise problems of `op_solver`'s op drawn from `seed`, those `keep` refuses drawn again;
+    `strided`: channels-last ones strided 2 or 3 along each axis seven times in ten."""
     rng = np.random.default_rng(seed)
     found = []
     while len(found) < COUNT:
@@ -75,6 +80,8 @@ def random_problems(seed: int = SEED, op_solver=SOLVER, dtypes: tuple = (D.FP16,
         size_range = {1: (8, 3000), 2: (3, 60), 3: (2, 16)}[ndim]
         sizes = "x".join(str(int(rng.integers(*size_range))) for _ in range(ndim))
         spec = f"N={int(rng.integers(1, 33))},G={g},C={c},K={k},input={sizes},filter={'x'.join(['1'] * ndim)}"
+        if strided and layout.input_order.endswith("C") and rng.random() < 0.7:
+            spec += f",stride={'x'.join(str(int(rng.integers(2, 4))) for _ in range(ndim))}"
         problem = op_solver.parse_problem(spec, layout, dtype)
         if keep(problem):
             found.append(problem)
@@ -86,13 +93,13 @@ def test_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):
 
 
 def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W),
-                                 keep=lambda problem: True) -> None:
+                                 keep=lambda problem: True, strided: bool = False) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch without CUDA")
     target = target_for(gpu_backend.device_info())
     runs, missing = [], []
-    for problem in random_problems(seed, op_solver, dtypes, keep):
+    for problem in random_problems(seed, op_solver, dtypes, keep, strided):
         mine = [c for c in lookup(problem, target=target) if c.family == "pw"]
         if not mine:
             missing.append(f"{problem.key}: no pw instance applies")
@@ -112,6 +119,11 @@ def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tupl
 
 
 def test_bwd_data_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):
-    # Groups with C*K under MIN_PRODUCTS are refused (left to `direct` and `mma`): drawn again.
-    check_random_against_pytorch(BWD_DATA, BWD_DATA_SEED, gpu_backend, (D.FP16, D.BF16),
-                                 lambda problem: problem.C * problem.K >= MIN_PRODUCTS)
+    check_random_against_pytorch(BWD_DATA, BWD_DATA_SEED, gpu_backend, (D.FP16, D.BF16), served_by_bwd_data_pw, strided=True)
+
+
+def served_by_bwd_data_pw(problem) -> bool:
+    """Groups with C*K under MIN_PRODUCTS are refused (left to `direct` and `mma`), and strided layers need the
+    staged store's 16-byte chunks (C and K multiples of 8)."""
+    strided = max(problem.stride) > 1
+    return problem.C * problem.K >= MIN_PRODUCTS and not (strided and (problem.C % 8 or problem.K % 8))

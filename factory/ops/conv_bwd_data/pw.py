@@ -1,12 +1,14 @@
 """`pw`: a pointwise layer's input gradient as the plain GEMM it is (templates/conv_bwd_data/pw.hip.j2).
 
-A 1x1 filter at stride 1 without padding makes dIn[g] = dOut[g] . W[g] with no gather and no stride phases.
+A 1x1 filter without padding makes dIn[g] = dOut[g] . W[g] with no gather and no stride phases.
 Channels-last (NHWGC, GNHWC): the group's positions are the GEMM's rows, read as K-major runs of K
 channels, the weight's rows r-major. NGCHW (both weight layouts are one for a 1x1 filter): each sample's
 GEMM transposed, the weight's rows as A and the output gradient's channel rows of positions as B, both
 r-major. The engine's main loop on row and run chunks (templates/common/igemm_rows.h) streams them
 straight into wgmma's swizzled tiles (sm_90a), fp16 / bf16 operands. The reduction (K) is a layer's
 output channels, short beside the rows, so there is no split-K: every grad_input element is written once.
+A strided channels-last layer (staged stores) is the same GEMM over its output positions; the staged tile
+goes to the input positions they came from, and zeros to the rest of each stride cell.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, Struct
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
-from ..conv.warpgroups import GROUP_ROWS, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
-from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily, input_positions
+from ..conv.warpgroups import GROUP_ROWS, OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
+from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
 from .mma import TileStore
 from .wgmma import MIN_PRODUCTS
 
@@ -60,8 +62,8 @@ class Pw(WgmmaRules, BwdDataFamily):
     name = "pw"
     template = "conv_bwd_data/pw.hip.j2"
     params_type = PwParams
-    description = ("pointwise (1x1, stride 1, unpadded) layers as a plain GEMM on wgmma (sm_90a): channels-last "
-                   "positions as K-major rows, NGCHW samples' channel rows of positions; fp16, bf16")
+    description = ("pointwise (1x1, unpadded) layers as a plain GEMM on wgmma (sm_90a): channels-last positions as "
+                   "K-major rows (strided ones with staged stores), NGCHW samples' channel rows of positions; fp16, bf16")
 
     def supported_cells(self) -> frozenset:
         return CELLS
@@ -72,10 +74,12 @@ class Pw(WgmmaRules, BwdDataFamily):
         return {"channels_last": channels_last, "wgmma_a_k_major": channels_last}
 
     def why_not_here(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.filter_volume != 1 or any(s != 1 for s in problem.stride):
-            return "pointwise layers only: a 1x1 filter at stride 1"
+        if problem.filter_volume != 1:
+            return "pointwise layers only: a 1x1 filter"
         if any(problem.pad) or any(problem.pad_right):
             return "pointwise layers only: no padding"
+        if any(s != 1 for s in problem.stride) and not (cl.channel_innermost(problem.layout) and p.store is TileStore.STAGED):
+            return "strided layers: channels-last, with staged stores (which write the zeros between the outputs' inputs)"
         if problem.C * problem.K < MIN_PRODUCTS:
             return (f"C*K = {problem.C * problem.K} per group: a 64-channel wgmma tile would mostly multiply "
                     f"padding (at least {MIN_PRODUCTS})")
@@ -115,17 +119,29 @@ class Pw(WgmmaRules, BwdDataFamily):
                   + 0.287 * math.log2(p.block_n / GROUP_ROWS) + 0.049 * math.log2(p.block_m / GROUP_ROWS)
                   - 0.216 * math.log2(p.vector_a) - 0.157 * math.log2(p.vector_b)
                   - 0.061 * math.log2(used) - 0.043 * min(0.0, waves) + 0.143 * max(0.0, waves))
-        return PW_LEVEL - slower
+        return PW_LEVEL - slower - self.small_strided(problem)
+
+    def small_strided(self, problem: ConvProblem) -> float:
+        """Strided layers under STRIDED_SMALL_BYTES of grad_input: 2 a halving, which takes pw below `mma` there.
+        On the H100 pw ran 0.68-1.02x the best other family's time on six strided layers of 5.5-49 MB (ResNet-50's
+        downsampling shortcuts among them) and 1.10-1.32x on five of 0.06-0.7 MB, whose staged stores write a
+        tile's stride cells position by position (bench/NOTES.md 75)."""
+        if max(problem.stride) == 1:
+            return 0.0
+        grad_input = problem.N * problem.G * problem.C * math.prod(problem.input) * OPERAND_BYTES
+        return 2.0 * max(0.0, math.log2(STRIDED_SMALL_BYTES / grad_input))
 
 
 PW_LEVEL = 7.0  # above mma's and wgmma's scores on pointwise layers (3-6)
+STRIDED_SMALL_BYTES = 4 << 20
 
 
 def _gemm_shape(problem: ConvProblem) -> tuple[int, int]:
-    """One block column's GEMM rows and columns (per group; NGCHW per sample)."""
-    positions = math.prod(problem.input)
+    """One block column's GEMM rows and columns (per group; NGCHW per sample): over the output positions,
+    which a strided layer's input positions outnumber."""
+    positions = math.prod(problem.output)
     if cl.channel_innermost(problem.layout):
-        return input_positions(problem), problem.C
+        return problem.N * positions, problem.C
     return problem.C, positions
 
 

@@ -218,3 +218,20 @@ def test_two_channel_groups_are_not_pw():
     problem = _problem("N=32,G=244,C=2,K=2,input=20x20,filter=1x1", Layout.NHWGC, DType.FP16)
     assert not [c for c in lookup(problem, target=H100) if c.family == "pw"]
     assert heuristic_pick(problem, target=H100).family == "direct"
+
+
+# Measured on the H100 (bench/NOTES.md §75): on strided 1x1 layers pw ran 0.68-0.81x the best other family on
+# ResNet-50's downsampling shortcuts and 1.10-1.32x `mma`'s time on layers under a megabyte of grad_input.
+def test_large_strided_pointwise_layers_go_to_pw_and_small_ones_to_mma():
+    large = _problem("N=32,G=1,C=256,K=512,input=56x56,filter=1x1,stride=2", Layout.NHWGC, DType.FP16)
+    small = _problem("N=32,G=1,C=152,K=32,input=8x8,filter=1x1,stride=2", Layout.GNHWC, DType.BF16)
+    assert heuristic_pick(large, target=H100).family == "pw"
+    assert heuristic_pick(small, target=H100).family == "mma"
+
+
+def test_strided_pw_is_channels_last_with_staged_stores_only():
+    ngchw = _problem("N=32,G=1,C=256,K=512,input=56x56,filter=1x1,stride=2", Layout.NGCHW, DType.FP16)
+    assert not [c for c in lookup(ngchw, target=H100) if c.family == "pw"]
+    nhwgc = _problem("N=32,G=1,C=256,K=512,input=56x56,filter=1x1,stride=2", Layout.NHWGC, DType.FP16)
+    served = [c for c in lookup(nhwgc, target=H100) if c.family == "pw"]
+    assert served and all(c.params.store is TileStore.STAGED for c in served)

@@ -19,7 +19,7 @@ write an int32 grad_input (int8_sat: the same sums saturated to an int8 grad_inp
   problems split by stride phase so no product with a tap that cannot reach an input is computed.
 - `wgmma`: the same GEMM on Hopper's warpgroup MMA (sm_90a), operands read from swizzled shared memory.
 - `mfma`: the same GEMM on AMD CDNA matrix cores (MFMA, 64-lane wavefronts).
-- `pw`: pointwise layers (1x1, stride 1, unpadded) as a plain GEMM on wgmma: no gather, no phases.
+- `pw`: pointwise layers (1x1, unpadded; strided ones channels-last) as a plain GEMM on wgmma: no gather, no phases.
 """
 
 from __future__ import annotations

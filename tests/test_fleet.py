@@ -428,3 +428,21 @@ def test_enqueue_plans_a_model_s_training_step_without_a_gpu(capsys, tmp_path: P
     assert report["present"] == len(expected) and report["added"] == len(expected) - 1
     assert cli.main(["enqueue", "--db", db, "--model", "vgg", "--device", "all"]) == 2
     assert "--model 'vgg': one of" in capsys.readouterr().err
+
+
+def test_a_channels_last_step_is_planned_channels_last() -> None:
+    """The meta device's convolution returns contiguous outputs; the planned step must still meet every layer
+    in the channels-last format a GPU's step runs them in (it planned all but the first as NGCHW)."""
+    torch = pytest.importorskip("torch")
+    from factory.bench.training import StepConfig, planned_problems
+
+    nn = torch.nn
+
+    def network(config: StepConfig) -> Any:
+        return nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                             nn.Conv2d(32, 64, 1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1, groups=8),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, config.classes))
+
+    for memory_format, layout in (("channels_last", "nhwgc"), ("contiguous", "ngchw")):
+        planned = planned_problems(StepConfig("mobilenet_v2", batch=8, size=32, memory_format=memory_format), network)
+        assert len(planned) == 5 and {p.layout.value for p in planned} == {layout}, [p.key for p in planned]

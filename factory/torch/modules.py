@@ -93,7 +93,13 @@ class _ConvFunction(torch.autograd.Function):
         ctx.conv = (stride, padding, dilation, groups)
         ctx.has_bias = bias is not None
         ctx.ours = ours
-        return torch.ops.aten.convolution(x, weight, bias, stride, padding, dilation, False, [0] * (x.dim() - 2), groups)
+        out = torch.ops.aten.convolution(x, weight, bias, stride, padding, dilation, False, [0] * (x.dim() - 2), groups)
+        if x.device.type == "meta":
+            # A planned GPU step (planned_problems): the meta device's convolution gives contiguous outputs
+            # whatever its input, where CUDA's keeps a channels-last input's format; without this every layer
+            # past the first of a channels-last network would be planned in NGCHW.
+            out = out.contiguous(memory_format=_memory_format_of(x))
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:

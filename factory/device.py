@@ -96,6 +96,13 @@ TARGETS: dict[str, DeviceTarget] = {
 DEFAULT_TARGET = TARGETS["sm_90"]
 
 
+def arch_specific_variant(target: DeviceTarget, needed: frozenset[MatrixUnit]) -> DeviceTarget | None:
+    """The arch-specific ISA of `target`'s own GPU (sm_90 -> sm_90a) where it has the `needed` units that
+    `target` lacks: what a GPU of that arch in hand is described as (`_DEVICE_ISA`)."""
+    variant = TARGETS.get(_DEVICE_ISA.get(target.arch, ""))
+    return variant if variant is not None and not variant.lacks(needed) else None
+
+
 def target_named(name: str) -> DeviceTarget:
     """The shipped description of `name` ("sm_90", "gfx942"); an unknown name lists the known ones."""
     key = name.strip().lower()

@@ -15,7 +15,7 @@ from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar,
 
 import numpy as np
 
-from ..device import DEFAULT_TARGET, DeviceTarget, MatrixUnit
+from ..device import DEFAULT_TARGET, DeviceTarget, MatrixUnit, arch_specific_variant
 from ..problem import DType, KernelFactoryError, Layout, Op, Scalar
 
 
@@ -251,7 +251,10 @@ class Family(ABC, Generic[P, Q]):
         missing = target.lacks(self.needs(params))
         if missing:
             names = ", ".join(sorted(m.value for m in missing))
-            return f"needs {names}, which target {target.arch} lacks"
+            variant = arch_specific_variant(target, self.needs(params))
+            hint = (f" (its arch-specific ISA {variant.arch} has it, as a tune on the GPU itself uses: "
+                    f"--target {variant.arch})") if variant else ""
+            return f"needs {names}, which target {target.arch} lacks{hint}"
         return None
 
     @abstractmethod

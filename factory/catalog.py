@@ -196,13 +196,8 @@ class CatalogFile:
             return []
         layout, dtype, ndim = cell
         seen: dict[str, Instance] = {}
-        for index, template in enumerate(self.templates):
-            raw = _fill(template, values)
-            if raw is None:
-                continue
-            try:
-                params = _build_params(self.family.params_type, raw, f"{self.name} template {index}")
-            except CatalogError:
+        for params in self._filled_points(values):
+            if isinstance(params, CatalogError):
                 continue
             if self.family.cell_allows(params, layout, dtype, ndim):
                 inst = Instance(self.op, self.family.name, layout, dtype, ndim, params)
@@ -212,17 +207,24 @@ class CatalogFile:
     def specialize_refusal(self, cell: tuple[Layout, DType, int], values: Mapping[str, Any]) -> str:
         """Why `specialize_values` made nothing for `values` in `cell`: the first template point's reason."""
         layout, dtype, ndim = cell
+        for params in self._filled_points(values):
+            if isinstance(params, CatalogError):
+                return str(params)
+            if self.family.cell_allows(params, layout, dtype, ndim):
+                return "a point fits (no refusal)"
+        return f"no template point of {self.name} fits the {layout.value} {dtype.value} {ndim}-D cell"
+
+    def _filled_points(self, values: Mapping[str, Any]) -> Iterator[Any]:
+        """Each template point that takes `values` (the problem's), built: its params, or the CatalogError
+        that says why they are not a valid point."""
         for index, template in enumerate(self.templates):
             raw = _fill(template, values)
             if raw is None:
                 continue
             try:
-                params = _build_params(self.family.params_type, raw, f"{self.name} template {index}")
+                yield _build_params(self.family.params_type, raw, f"{self.name} template {index}")
             except CatalogError as exc:
-                return str(exc)
-            if self.family.cell_allows(params, layout, dtype, ndim):
-                return "a point fits (no refusal)"
-        return f"no template point of {self.name} fits the {layout.value} {dtype.value} {ndim}-D cell"
+                yield exc
 
     def specializes(self, params: Any) -> bool:
         """Whether `params` is one of the template points with its `"problem"` fields filled (from

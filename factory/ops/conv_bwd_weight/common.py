@@ -73,6 +73,16 @@ def check_lane_block(threads_lane: int, threads_pos: int, vector: int, split_k: 
         raise ValueError("threads_lane must be a power of two up to 32 (lanes fold within a warp)")
 
 
+def split_items_refusal(split_k: int, items: int, chunks: int) -> str | None:
+    """Why a launch of `chunks` blocks (grid x) by `split_k` splits (grid y) over a chunk's `items` does not
+    fit, or None (the windowed families dwl and gwl: each split walks every split_k-th item)."""
+    if split_k > items:
+        return f"split {split_k} exceeds the {items} items of a chunk"
+    if split_k > GRID_Y_LIMIT or chunks >= 2**31 or items >= 2**31:
+        return "too many blocks for the grid"
+    return None
+
+
 def reduction_length(problem: ConvProblem) -> int:
     """Terms of each weight-gradient sum: N times the output positions."""
     return problem.N * math.prod(problem.output)

@@ -27,7 +27,7 @@ from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, ThreadTiles, conflict_free
 from ..conv import output_tiles
 from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
-from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split
+from .common import BwdWeightFamily, Reduction, check_split, split_items_refusal
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim)
                   for dtype in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32) for ndim in (1, 2))
@@ -187,12 +187,7 @@ class Dwl(CompiledShape, BwdWeightFamily):
         shared = shared_bytes(p, problem.dtype.tensor.nbytes)
         if shared > target.shared_optin:
             return f"the windows need {shared} bytes of shared memory"
-        items = items_of(p, problem)
-        if p.split_k > items:
-            return f"split {p.split_k} exceeds the {items} items of a chunk"
-        if p.split_k > GRID_Y_LIMIT or chunks_of(p, problem) >= 2**31 or items >= 2**31:
-            return "too many blocks for the grid"
-        return None
+        return split_items_refusal(p.split_k, items_of(p, problem), chunks_of(p, problem))
 
     def main_launch(self, p: DwlParams, problem: ConvProblem, target: DeviceTarget, args: Struct, wei_numel: int) -> Launch:
         return Launch("kf_main", (chunks_of(p, problem), p.split_k, 1), (p.threads, 1, 1), (args, I32(wei_numel)),

@@ -11,7 +11,7 @@ import dataclasses
 from factory.catalog import instance_by_name
 from factory.device import TARGETS
 from factory.ops.conv_bwd_data import SOLVER
-from factory.ops.base import Launch
+from factory.ops.base import Buf, Launch
 from factory.ops.conv_bwd_data.mma import ACC_BYTES, MmaParams, PhaseLaunch, TileStore
 from factory.problem import DType, Layout
 from factory.selector import lookup
@@ -106,6 +106,12 @@ def test_a_transposing_plan_copies_in_and_back_around_the_main_kernel() -> None:
         assert plan.workspace_bytes == sum(-(-b // 256) * 256 for b in sizes)
         back = plan.steps[-1]
         assert back.args[1].name == "grad_input" and back.grid[2] == problem.N
+    # A 1x1 GKCYX weight is GKYXC already: no copy (on the H100 the identity copy of a 1024 x 2048 weight, 32768
+    # blocks of 64 elements, took longer than the main kernel).
+    pointwise = SOLVER.parse_problem("N=2,G=1,C=16,K=24,input=7x7,filter=1x1", Layout.NGCHW, DType.FP16)
+    plan = family.launch_plan(params, pointwise, H100)
+    assert [s.entry for s in plan.steps if isinstance(s, Launch)] == ["kf_to_channels_last", "kf_main", "kf_to_channels_last"]
+    assert plan.steps[1].args[0].fields[2] == ("wei", Buf("weight"))
 
 
 def test_the_prior_weighs_the_transposing_pass_by_what_the_in_place_reads_lack_and_the_size() -> None:

@@ -199,7 +199,9 @@ class Mma(BwdDataFamily):
             return f"filter has {problem.filter_volume} taps, the phase table holds {MAX_TAPS}"
         if p.phases is PhaseLaunch.PER_PHASE and math.prod(problem.stride) == 1:
             return "one stride phase: launching per phase is the merged launch"
-        if p.transpose and (refusal := transpose_refusal(p, problem)):
+        if p.transpose and p.phases is PhaseLaunch.PER_PHASE:
+            return "the transposing pass runs with the merged launch of the stride phases"
+        if p.transpose and (refusal := transpose_refusal(problem)):
             return refusal
         if refusal := groups_refusal(p, problem):
             return refusal
@@ -224,7 +226,7 @@ class Mma(BwdDataFamily):
 
     def launch_plan(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
         if p.transpose:
-            return self.transposed_plan(p, problem, target)
+            return transposed_plan(self, p, problem, target)
         if p.phases is PhaseLaunch.MERGED:
             return super().launch_plan(p, problem, target)
         args = kernel_args(TENSORS, problem)
@@ -234,28 +236,6 @@ class Mma(BwdDataFamily):
             Launch("kf_main", (math.ceil(positions / p.block_m) * tiles_n, groups, 1), (p.threads, 1, 1),
                    (args, I32(phase)), shared_bytes=p.shared_bytes(problem.layout, problem.dtype))
             for phase, positions in enumerate(phase_sizes(problem)) if positions))
-
-    def transposed_plan(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
-        """grad_output (and a GKCYX weight) copied channels-last, the main kernel on the copies writing a
-        channels-last grad_input into the workspace, and that copied back to NGCHW."""
-        read = channels_last_copy(problem)
-        size = OPERAND_BYTES[problem.dtype]
-        out_spatial, in_spatial = math.prod(problem.output), math.prod(problem.input)
-        taps, rows = problem.filter_volume, problem.G * problem.K
-        copy_weight = not weight_c_innermost(problem.layout)
-        sizes = (problem.N * out_spatial * rows * size, input_positions(problem) * problem.G * problem.C * size)
-        sizes += (rows * taps * problem.C * size,) if copy_weight else ()
-        regions, workspace = copy_regions(sizes)
-        dout, din = regions[0], regions[1]
-        moved = {"out": dout, "in": din} | ({"wei": regions[2]} if copy_weight else {})
-        args = kernel_args(TENSORS, read).replace(**moved)
-        steps = [transpose_launch(Buf("grad_output"), dout, rows, out_spatial, problem.N)]
-        if copy_weight:  # (G*K) x C x taps -> (G*K) x taps x C
-            steps.append(transpose_launch(Buf("weight"), regions[2], problem.C, taps, rows))
-        steps.append(self.main_launch(p, read, target, args))
-        # N x positions x (G*C) -> N x (G*C) x positions: the pass with channels and positions swapped.
-        steps.append(transpose_launch(din, Buf(OUTPUT), in_spatial, problem.G * problem.C, problem.N))
-        return LaunchPlan(tuple(steps), workspace)
 
     def heuristic_score(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> float:
         # The terms are in doublings of time: least squares over the 585 mma times of the H100 suite+seed21
@@ -323,14 +303,35 @@ def chunk_refusal(problem: ConvProblem, vector_a: int, vector_b: int) -> str | N
 TRANSPOSED_DTYPES = (DType.FP16, DType.BF16, DType.FP32)  # grad_input of the tensors' own type
 
 
-def transpose_refusal(p: MmaParams, problem: ConvProblem) -> str | None:
+def transposed_plan(family: BwdDataFamily, p: Any, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+    """grad_output (and a GKCYX weight of several taps) copied channels-last, the family's main kernel on the
+    copies writing a channels-last grad_input into the workspace, and that copied back to NGCHW."""
+    read = channels_last_copy(problem)
+    size = OPERAND_BYTES[problem.dtype]
+    out_spatial, in_spatial = math.prod(problem.output), math.prod(problem.input)
+    taps, rows = problem.filter_volume, problem.G * problem.K
+    copy_weight = not weight_c_innermost(problem.layout) and taps > 1  # one tap: GKCYX is GKYXC already
+    sizes = (problem.N * out_spatial * rows * size, input_positions(problem) * problem.G * problem.C * size)
+    sizes += (rows * taps * problem.C * size,) if copy_weight else ()
+    regions, workspace = copy_regions(sizes)
+    dout, din = regions[0], regions[1]
+    moved = {"out": dout, "in": din} | ({"wei": regions[2]} if copy_weight else {})
+    args = kernel_args(TENSORS, read).replace(**moved)
+    steps = [transpose_launch(Buf("grad_output"), dout, rows, out_spatial, problem.N)]
+    if copy_weight:  # (G*K) x C x taps -> (G*K) x taps x C
+        steps.append(transpose_launch(Buf("weight"), regions[2], problem.C, taps, rows))
+    steps.append(family.main_launch(p, read, target, args))
+    # N x positions x (G*C) -> N x (G*C) x positions: the pass with channels and positions swapped.
+    steps.append(transpose_launch(din, Buf(OUTPUT), in_spatial, problem.G * problem.C, problem.N))
+    return LaunchPlan(tuple(steps), workspace)
+
+
+def transpose_refusal(problem: ConvProblem) -> str | None:
     """Why the transposing pass cannot serve `problem`, or None."""
     if cl.channel_innermost(problem.layout):
         return "the transposing pass serves NGCHW tensors; these are channels-last already"
     if problem.dtype not in TRANSPOSED_DTYPES:
         return "the transposing pass copies fp16, bf16 and fp32 tensors (int8 writes an int32 or int8 gradient)"
-    if p.phases is PhaseLaunch.PER_PHASE:
-        return "the transposing pass runs with the merged launch of the stride phases"
     if max(problem.N, problem.G * problem.K) > GRID_Z_LIMIT:
         return f"the transposing pass takes one sample (and one weight row) per grid z, at most {GRID_Z_LIMIT}"
     if math.ceil(math.prod(problem.input) / TRANSPOSE_TILE) > GRID_Y_LIMIT:

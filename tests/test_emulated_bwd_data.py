@@ -136,12 +136,20 @@ CASES = [
     Case("pw-ngchw-fp16-2d", "pw", L.NGCHW, D.FP16, "N=2,G=2,C=72,K=24,input=13x10,filter=1x1",
          lambda p: p.vector_b == 2),
     Case("pw-gkyxc-bf16-3d", "pw", L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=40,K=136,input=3x4x8,filter=1x1x1",
-         lambda p: p.vector_b == 8 and p.block_n == 128),
+         lambda p: p.vector_b == 8 and p.block_n == 128 and not p.transpose),
     Case("pw-ngchw-fp16-odd", "pw", L.NGCHW, D.FP16, "N=3,G=1,C=9,K=70,input=7x7,filter=1x1"),
     Case("pw-nhwgc-bf16-2d-staged", "pw", L.NHWGC, D.BF16, "N=2,G=2,C=72,K=40,input=9x11,filter=1x1",
          lambda p: p.store.value == "staged" and p.block_n == 64),
     Case("pw-ngchw-fp16-2d-staged", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=136,K=24,input=10x16,filter=1x1",
-         lambda p: p.store.value == "staged" and p.block_m == 128),
+         lambda p: p.store.value == "staged" and p.block_m == 128 and not p.transpose),
+    # NGCHW through channels-last copies (grad_output copied, grad_input copied back): planes of 49 and 37
+    # positions (the pass reads or writes a block's planes as one run), a strided layer (143 input positions).
+    Case("pw-ngchw-fp16-2d-transposed", "pw", L.NGCHW, D.FP16, "N=2,G=2,C=24,K=16,input=7x7,filter=1x1",
+         lambda p: p.transpose and p.store.value == "staged"),
+    Case("pw-gkyxc-bf16-1d-transposed", "pw", L.NGCHW_GKYXC, D.BF16, "N=3,G=1,C=16,K=40,input=37,filter=1",
+         lambda p: p.transpose and p.store.value == "element"),
+    Case("pw-ngchw-bf16-2d-s2-transposed", "pw", L.NGCHW, D.BF16, "N=2,G=1,C=16,K=40,input=13x11,filter=1x1,stride=2",
+         lambda p: p.transpose),
     # Strided channels-last layers: each output position's input, zeros to the rest of its stride cell (input
     # extents that cut the last cell short, 1-D stride 3, 3-D strides 2x1x2).
     Case("pw-nhwgc-fp16-2d-s2", "pw", L.NHWGC, D.FP16, "N=2,G=2,C=72,K=40,input=9x12,filter=1x1,stride=2",

@@ -228,7 +228,15 @@ CASES = [
          lambda p: p.vector_a == 2),
     Case("pw-ngchw-bf16-2d-odd-run", "pw", L.NGCHW, D.BF16, "N=3,G=1,C=9,K=70,input=7x7,filter=1x1", R.DIRECT),
     Case("pw-ngchw-fp16-1d-wide", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=136,K=72,input=200,filter=1", R.DIRECT,
-         lambda p: p.block_m == 128 and p.block_n == 128 and p.vector_a == 8),
+         lambda p: p.block_m == 128 and p.block_n == 128 and p.vector_a == 8 and not p.transpose),
+    # pw on NGCHW through channels-last copies: planes of 49 and 45 positions (the pass reads a block's planes
+    # as one run), and of 75 (over a tile: rows element by element).
+    Case("pw-ngchw-bf16-2d-transposed", "pw", L.NGCHW, D.BF16, "N=3,G=2,C=16,K=24,input=7x7,filter=1x1", R.TWOSTAGE,
+         lambda p: p.transpose),
+    Case("pw-gkyxc-fp16-3d-transposed", "pw", L.NGCHW_GKYXC, D.FP16, "N=2,G=1,C=72,K=136,input=3x3x5,filter=1x1x1",
+         R.DIRECT, lambda p: p.transpose and p.block_m == 128),
+    Case("pw-ngchw-fp16-1d-transposed-long-plane", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=8,K=16,input=75,filter=1",
+         R.TWOSTAGE, lambda p: p.transpose),
     # mfma: the same engine with AMD's 64-lane MFMA layout (fragments exchanged as the instruction does).
     Case("mfma-nhwgc-fp16-2d", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mfma-ngchw-bf16-2d-s2-p0", "mfma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -6,8 +6,9 @@ runs of positions that take 8-, 4-, 2- and 1-element chunks) against the numpy r
 random pointwise problems in every layout, each run with the `pw` instance the heuristic ranks first and
 with the one of each other tile shape and chunk width, through Kernel.run against PyTorch (cuDNN). The same
 for backward-data's `pw`: every instance on problems of both layout kinds (K past a stage, positions and
-channels past a tile, element-wise chunks, 1-D and 3-D, groups, strided channels-last layers), then 60
-random problems against PyTorch, a third of the channels-last ones strided."""
+channels past a tile, element-wise chunks, 1-D and 3-D, groups, strided layers), then 60 random problems
+against PyTorch, about half of them strided. NGCHW problems run on transposing points too (channels-last
+copies): 7x7 planes, which the pass reads as whole runs of planes, and strided layers."""
 
 import numpy as np
 import pytest
@@ -53,6 +54,8 @@ BWD_DATA_PROBLEMS = [
     (L.NHWGC, D.FP16, "N=8,G=1,C=256,K=128,input=28x28,filter=1x1,stride=2"),
     (L.GNHWC, D.BF16, "N=3,G=2,C=72,K=40,input=13x9,filter=1x1,stride=2"),
     (L.NHWGC, D.BF16, "N=2,G=1,C=64,K=48,input=5x7x9,filter=1x1x1,stride=2x1x3"),
+    (L.NGCHW, D.BF16, "N=4,G=2,C=48,K=40,input=7x7,filter=1x1"),
+    (L.NGCHW, D.FP16, "N=3,G=1,C=64,K=40,input=13x15,filter=1x1,stride=2"),
 ]
 BWD_DATA_SEED = 2612
 EVERY_INSTANCE = [(SOLVER, *p) for p in PROBLEMS] + [(BWD_DATA, *p) for p in BWD_DATA_PROBLEMS]
@@ -67,7 +70,7 @@ def test_every_pw_instance_matches_reference(op_solver, layout, dtype, spec, gpu
 def random_problems(seed: int = SEED, op_solver=SOLVER, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W),
                     keep=lambda problem: True, strided: bool = False) -> list:
     """COUNT pointwise problems of `op_solver`'s op drawn from `seed`, those `keep` refuses drawn again;
-    `strided`: channels-last ones strided 2 or 3 along each axis seven times in ten."""
+    `strided`: strided 2 or 3 along each axis seven times in ten."""
     rng = np.random.default_rng(seed)
     found = []
     while len(found) < COUNT:
@@ -80,7 +83,7 @@ def random_problems(seed: int = SEED, op_solver=SOLVER, dtypes: tuple = (D.FP16,
         size_range = {1: (8, 3000), 2: (3, 60), 3: (2, 16)}[ndim]
         sizes = "x".join(str(int(rng.integers(*size_range))) for _ in range(ndim))
         spec = f"N={int(rng.integers(1, 33))},G={g},C={c},K={k},input={sizes},filter={'x'.join(['1'] * ndim)}"
-        if strided and layout.input_order.endswith("C") and rng.random() < 0.7:
+        if strided and rng.random() < 0.7:
             spec += f",stride={'x'.join(str(int(rng.integers(2, 4))) for _ in range(ndim))}"
         problem = op_solver.parse_problem(spec, layout, dtype)
         if keep(problem):
@@ -106,8 +109,8 @@ def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tupl
             continue
         ranked = sorted(mine, key=lambda c: -op_solver.heuristic_score(c.family, c.params, problem, target))
         by_tile = {}
-        for c in ranked:  # the best-ranked point of each tile shape and chunk width
-            by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a), c)
+        for c in ranked:  # the best-ranked point of each tile shape and chunk width, in place and on copies
+            by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a, c.params.transpose), c)
         runs += [(problem, c) for c in by_tile.values()]
     ran, failures = run_against_pytorch(runs, gpu_backend, seed)
     failures = missing + failures

@@ -8,7 +8,9 @@ r-major. The engine's main loop on row and run chunks (templates/common/igemm_ro
 straight into wgmma's swizzled tiles (sm_90a), fp16 / bf16 operands. The reduction (K) is a layer's
 output channels, short beside the rows, so there is no split-K: every grad_input element is written once.
 A strided channels-last layer (staged stores) is the same GEMM over its output positions; the staged tile
-goes to the input positions they came from, and zeros to the rest of each stride cell.
+goes to the input positions they came from, and zeros to the rest of each stride cell. `transpose` points
+serve NGCHW through channels-last copies (grad_output copied first, grad_input copied back: `mma`'s
+transposing plan), where a sample's positions are too short and odd for wide chunks (7x7) or strided.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
-from ..base import Launch, Struct
+from ..base import Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
 from ..conv.warpgroups import GROUP_ROWS, OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
-from .mma import TileStore
+from ..conv.transpose import transpose_values
+from .mma import TileStore, channels_last_copy, transpose_refusal, transposed_gain, transposed_plan
 from .wgmma import MIN_PRODUCTS
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16))
@@ -40,6 +43,7 @@ class PwParams(StackedWarpgroups):
     vector_a: int  # elements a copy moves: along K (channels-last) or C (NGCHW) for A
     vector_b: int  # along C (channels-last) or positions (NGCHW) for B
     store: TileStore = TileStore.ELEMENT  # STAGED: the tile through shared memory, 16 bytes a thread
+    transpose: bool = False  # NGCHW: grad_output copied channels-last, the channels-last grad_input copied back
 
     def __post_init__(self) -> None:
         self.check_block()
@@ -50,12 +54,14 @@ class PwParams(StackedWarpgroups):
 
     def suffix(self) -> str:
         staged = "_st" if self.store is TileStore.STAGED else ""
-        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}{staged}"
+        transposed = "_tr" if self.transpose else ""
+        return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}"
+                f"{transposed}{staged}")
 
     def template_values(self) -> dict[str, Any]:
         return {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k, "groups_m": self.groups_m,
                 "threads": self.threads, "stages": self.stages, "vector_a": self.vector_a, "vector_b": self.vector_b,
-                "staged_store": self.store is TileStore.STAGED}
+                "staged_store": self.store is TileStore.STAGED, "transpose": self.transpose} | transpose_values()
 
 
 class Pw(WgmmaRules, BwdDataFamily):
@@ -68,8 +74,11 @@ class Pw(WgmmaRules, BwdDataFamily):
     def supported_cells(self) -> frozenset:
         return CELLS
 
+    def cell_allows(self, params: PwParams, layout: Layout, dtype: Any, ndim: int) -> bool:
+        return not (params.transpose and cl.channel_innermost(layout))  # copies serve NGCHW only
+
     def layout_values(self, params: PwParams, layout: Layout) -> dict[str, Any]:
-        channels_last = cl.channel_innermost(layout)
+        channels_last = cl.channel_innermost(layout) or params.transpose  # as given, or the copies
         # Channels-last A (the output gradient's positions) is K-major; NGCHW's weight rows are r-major.
         return {"channels_last": channels_last, "wgmma_a_k_major": channels_last}
 
@@ -78,21 +87,25 @@ class Pw(WgmmaRules, BwdDataFamily):
             return "pointwise layers only: a 1x1 filter"
         if any(problem.pad) or any(problem.pad_right):
             return "pointwise layers only: no padding"
-        if any(s != 1 for s in problem.stride) and not (cl.channel_innermost(problem.layout) and p.store is TileStore.STAGED):
-            return "strided layers: channels-last, with staged stores (which write the zeros between the outputs' inputs)"
+        if p.transpose and (refusal := transpose_refusal(problem)):
+            return refusal
+        read = channels_last_copy(problem) if p.transpose else problem  # what the main kernel reads
+        if any(s != 1 for s in problem.stride) and not (cl.channel_innermost(read.layout) and p.store is TileStore.STAGED):
+            return ("strided layers: channels-last (as given or copied), with staged stores (which write the zeros "
+                    "between the outputs' inputs)")
         if problem.C * problem.K < MIN_PRODUCTS:
             return (f"C*K = {problem.C * problem.K} per group: a 64-channel wgmma tile would mostly multiply "
                     f"padding (at least {MIN_PRODUCTS})")
-        a_along, b_along = _chunked_extents(problem)
+        a_along, b_along = _chunked_extents(read)
         for v, (what, extent) in ((p.vector_a, a_along), (p.vector_b, b_along)):
             if extent % v:
                 return f"chunks of {v} along {what} need {what} ({extent}) divisible by it"
         if p.shared_bytes() > target.shared_optin:
             return (f"the pipeline needs {p.shared_bytes()} bytes of shared memory, over the {target.shared_optin} "
                     f"of {target.arch}")
-        if problem.G > GRID_Y_LIMIT or (not cl.channel_innermost(problem.layout) and problem.N > GRID_Y_LIMIT):
+        if problem.G > GRID_Y_LIMIT or (not cl.channel_innermost(read.layout) and problem.N > GRID_Y_LIMIT):
             return f"G={problem.G} and (NGCHW) N={problem.N} must each be at most {GRID_Y_LIMIT} (the grid's y and z)"
-        if _tiles(p, problem) > GRID_X_LIMIT:
+        if _tiles(p, read) > GRID_X_LIMIT:
             return "too many tiles for the grid"
         return None
 
@@ -100,6 +113,11 @@ class Pw(WgmmaRules, BwdDataFamily):
         samples = 1 if cl.channel_innermost(problem.layout) else problem.N
         return Launch("kf_main", (_tiles(p, problem), problem.G, samples), (p.threads, 1, 1), (args,),
                       shared_bytes=p.shared_bytes())
+
+    def launch_plan(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
+        if p.transpose:
+            return transposed_plan(self, p, problem, target)
+        return super().launch_plan(p, problem, target)
 
     def heuristic_score(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """In doublings of time: PW_LEVEL, above the implicit-GEMM families (whose gathers, phases and stores a
@@ -109,17 +127,27 @@ class Pw(WgmmaRules, BwdDataFamily):
         point): the staged store -0.40 (+0.28 back with four stages), four stages -0.18, 0.29 a doubling of
         block_n, 0.05 of block_m, -0.22 / -0.16 a doubling of A's / B's chunks, -0.06 a doubling of the share
         of the tile the GEMM fills, 0.04 a halving of the waves (two blocks an SM) below one and 0.14 a
-        doubling past it."""
-        rows, cols = _gemm_shape(problem)
+        doubling past it. A transposing point is scored on the copies, plus the pass's weight against the
+        in-place reads (copies_gain)."""
+        read = channels_last_copy(problem) if p.transpose else problem
+        rows, cols = _gemm_shape(read)
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
-        blocks = _tiles(p, problem) * problem.G * (1 if cl.channel_innermost(problem.layout) else problem.N)
+        blocks = _tiles(p, read) * problem.G * (1 if cl.channel_innermost(read.layout) else problem.N)
         waves = math.log2(blocks / (2 * target.processors))
         staged = p.store is TileStore.STAGED
         slower = (-0.397 * staged + 0.284 * (staged and p.stages == 4) - 0.184 * (p.stages == 4)
                   + 0.287 * math.log2(p.block_n / GROUP_ROWS) + 0.049 * math.log2(p.block_m / GROUP_ROWS)
                   - 0.216 * math.log2(p.vector_a) - 0.157 * math.log2(p.vector_b)
                   - 0.061 * math.log2(used) - 0.043 * min(0.0, waves) + 0.143 * max(0.0, waves))
-        return PW_LEVEL - slower - self.small_strided(problem)
+        transposed = self.copies_gain(problem) if p.transpose else 0.0
+        return PW_LEVEL - slower - self.small_strided(problem) + transposed
+
+    def copies_gain(self, problem: ConvProblem) -> float:
+        """`mma`'s weight of the transposing pass (transposed_gain), but none where the copies' GEMM would leave
+        most of a tile's columns empty (C under COPY_FILLED_C): there the in-place GEMM, C x positions a sample,
+        keeps the positions as its wide side. On the H100 an NGCHW layer with C=16 K=80 at 79x79 ran 2.04x
+        slower on the copies' best-ranked point than in place, element-wise reads and all (bench/NOTES.md 77)."""
+        return transposed_gain(problem) if problem.C >= COPY_FILLED_C else -0.5
 
     def small_strided(self, problem: ConvProblem) -> float:
         """Strided layers under STRIDED_SMALL_BYTES of grad_input: 2 a halving, which takes pw below `mma` there.
@@ -134,6 +162,7 @@ class Pw(WgmmaRules, BwdDataFamily):
 
 PW_LEVEL = 7.0  # above mma's and wgmma's scores on pointwise layers (3-6)
 STRIDED_SMALL_BYTES = 4 << 20
+COPY_FILLED_C = 64  # input channels from which a transposing point's tiles (128-256 columns of C) are half full
 
 
 def _gemm_shape(problem: ConvProblem) -> tuple[int, int]:

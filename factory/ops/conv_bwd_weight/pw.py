@@ -3,7 +3,9 @@
 A 1x1 filter at stride 1 without padding makes dW[g] = dOut[g]^T . In[g] over the output positions. In a
 channels-last layout (NHWGC, GNHWC) every output position is a row of both tensors, K and C elements at
 a fixed pitch; in NGCHW every channel of a sample is a run of contiguous positions, the GEMM's reduction,
-which wgmma reads K-major from both operands with no transposing pass. The engine's main loop on row or
+which wgmma reads K-major from both operands. Where a sample's run is short and odd (7x7: 49 positions, read
+element by element), `transpose` points copy both tensors channels-last first (the transposing pass, whole
+runs of planes 16 bytes at a time) and read the copies' rows. The engine's main loop on row or
 run chunks (templates/common/igemm_rows.h) streams them straight into wgmma's swizzled tiles: a thread's
 copy of a stage is its copy of the last one moved on, where `wgmma` works out a position, bounds and an
 offset for each 16-byte chunk. Split-K and the epilogues are `wgmma`'s. Compiled for sm_90a, fp16 / bf16
@@ -21,7 +23,8 @@ from ...problem import ConvProblem, DType, Layout
 from ..conv import layouts as cl
 from ..conv.warpgroups import OPERAND_BYTES, StackedWarpgroups, check_pipeline
 from .common import BwdWeightFamily, Reduction, check_split
-from .mma import gemm_template_values
+from ..conv.transpose import transpose_values
+from .mma import gemm_template_values, staging_fits_layout
 from .wgmma import CELLS as WGMMA_CELLS
 from .wgmma import Wgmma
 
@@ -40,11 +43,12 @@ class PwParams(StackedWarpgroups):
     split_k: int
     reduction: Reduction
 
+    transpose: bool = False  # NGCHW tensors copied channels-last into the workspace first (staged.py)
+
     # What `wgmma`'s checks and plan ask of a tuning point, fixed here: one pipeline of one warpgroup
-    # column, no staging pass, one group a tile, 64-bit row offsets.
+    # column, one group a tile, 64-bit row offsets.
     groups_n = 1
     slices = 1
-    transpose = False
     groups_per_tile = 1
     index_bits = 64
 
@@ -58,11 +62,11 @@ class PwParams(StackedWarpgroups):
 
     def suffix(self) -> str:
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}"
-                f"_sk{self.split_k}_{self.reduction.value}")
+                f"_sk{self.split_k}_{self.reduction.value}" + ("_tr" if self.transpose else ""))
 
     def template_values(self) -> dict[str, Any]:
         return {**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m,
-                "finalize_vector": FINALIZE_VECTOR}
+                "finalize_vector": FINALIZE_VECTOR} | transpose_values()
 
 
 class Pw(Wgmma):
@@ -77,10 +81,11 @@ class Pw(Wgmma):
         return WGMMA_CELLS
 
     def cell_allows(self, params: PwParams, layout: Layout, dtype: Any, ndim: int) -> bool:
-        return True  # every layout reads in place: rows where channels are innermost, else runs
+        # Every layout reads in place (rows where channels are innermost, else runs); NGCHW also through copies.
+        return staging_fits_layout(params, layout)
 
     def template_values(self, params: PwParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
-        k_major = not cl.channel_innermost(layout)
+        k_major = not (cl.channel_innermost(layout) or params.transpose)
         return (BwdWeightFamily.template_values(self, params, layout, dtype, ndim)  # no staging pass, no fp8
                 | {"k_major": k_major, "wgmma_a_k_major": k_major, "wgmma_b_k_major": k_major})
 
@@ -94,7 +99,7 @@ class Pw(Wgmma):
     def chunks_why_not(self, p: PwParams, problem: ConvProblem) -> str | None:
         """NGCHW: chunks of positions, so the positions of a sample (the run) must split into them; both
         operands' chunks run along the same positions, so a pair of widths would only repeat a point."""
-        if cl.channel_innermost(problem.layout):
+        if reads_rows(p, problem):
             return super().chunks_why_not(p, problem)
         if p.vector_a != p.vector_b:
             return "NGCHW chunks run along positions in both operands: one width for both"
@@ -105,13 +110,13 @@ class Pw(Wgmma):
 
     def reduction_stages(self, p: PwParams, problem: ConvProblem) -> int:
         """NGCHW: a stage holds block_k positions of one sample, the last of each sample cut short."""
-        if cl.channel_innermost(problem.layout):
+        if reads_rows(p, problem):
             return super().reduction_stages(p, problem)
         return problem.N * math.ceil(math.prod(problem.output) / p.block_k)
 
     def split_share(self, p: PwParams, problem: ConvProblem) -> int:
         """NGCHW: pw.hip.j2 takes stages per split."""
-        if cl.channel_innermost(problem.layout):
+        if reads_rows(p, problem):
             return super().split_share(p, problem)
         return math.ceil(self.reduction_stages(p, problem) / p.split_k)
 
@@ -126,9 +131,17 @@ class Pw(Wgmma):
         still picked `mma` / `wgmma` tiles on three of them (1.35-1.43x the best). The pick then ran at
         1.043x the best (worst 1.29x; bench/NOTES.md 44). Four stages a little above six: 0.98x the
         time of the same point with six (272 pairs, the faster in 171); else the name's tie-break
-        picks six. NGCHW runs pay `run_cost`."""
+        picks six. NGCHW runs pay `run_cost`; copies pay `copy_cost`."""
         score = super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
-        return score if cl.channel_innermost(problem.layout) else score - self.run_cost(p, problem)
+        if p.transpose:
+            return score - self.copy_cost(problem)
+        return score if reads_rows(p, problem) else score - self.run_cost(p, problem)
+
+    def copy_cost(self, problem: ConvProblem) -> float:
+        """A transposing point against in-place runs that take chunks (an even run): 0.5 a doubling beyond the
+        pass's weight in `mma`'s score. On the H100 ResNet-50's 14x14 NGCHW layers (runs of 196, chunks of 4)
+        ran 1.39x slower on the copies' best-ranked point than in place (bench/NOTES.md 77)."""
+        return 0.5 if math.prod(problem.output) % 2 == 0 else 0.0
 
     def run_cost(self, p: PwParams, problem: ConvProblem) -> float:
         """NGCHW, in doublings of time: the stage rows a sample's last stage leaves empty, and for an odd
@@ -142,3 +155,8 @@ class Pw(Wgmma):
             operand_bytes = problem.N * problem.G * run * (problem.C + problem.K) * OPERAND_BYTES
             cost += 0.5 * max(0.0, math.log2(operand_bytes / 2**20))
         return cost
+
+
+def reads_rows(p: PwParams, problem: ConvProblem) -> bool:
+    """Whether the main kernel reads rows of channels: channels-last tensors, as given or as copied."""
+    return cl.channel_innermost(problem.layout) or p.transpose

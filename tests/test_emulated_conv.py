@@ -205,6 +205,9 @@ CASES = [
          lambda p: p.groups_per_tile == 2),
     Case("wgmma-gnhwc-bf16w-3d-groups-per-tile", "wgmma", L.GNHWC, D.BF16_FP32W, "N=2,G=6,C=8,K=16,input=5x6x7,filter=3x3x3,pad=1", R.TWOSTAGE,
          lambda p: p.groups_per_tile == 4),
+    Case("wgmma-ngchw-bf16-2d-s2-transposed-two-warpgroups", "wgmma", L.NGCHW, D.BF16,
+         "N=2,G=1,C=16,K=136,input=9x7,filter=3x3,stride=2,pad=1", R.TWOSTAGE,
+         lambda p: p.transpose and p.groups_m == 2 and p.slices == 2 and p.split_k == 2),
     Case("wgmma-ngchw-fp16-2d-transposed-groups-per-tile", "wgmma", L.NGCHW, D.FP16, "N=2,G=5,C=8,K=16,input=17x15,filter=3x3,pad=1",
          R.TWOSTAGE, lambda p: p.transpose and p.groups_per_tile == 4),
     # pw: pointwise layers' rows streamed into wgmma tiles. Reduction rows that end inside a stage and a

@@ -104,7 +104,7 @@ def _add_config(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--dtype", type=_enum_arg(DType.parse), required=required, help="fp16, bf16, bf16_fp32w, fp32, int8, int8_sat, fp16_comp_bf8_fp8")
 
 
-def _add_target(p: argparse.ArgumentParser, text: str = "the GPU the instances are for (default sm_90, the H100)") -> None:
+def _add_target(p: argparse.ArgumentParser, text: str = "the GPU the instances are for (default sm_90a, the H100)") -> None:
     choices = ", ".join(TARGETS)
     p.add_argument("--target", type=_enum_arg(target_named), default=DEFAULT_TARGET, help=f"{text}; one of {choices}")
 
@@ -782,7 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_db(p)
         p.add_argument("--json", action="store_true")
         if name == "query":
-            _add_target(p, "target the heuristic's pick is for when no GPU is present (default sm_90)")
+            _add_target(p, "target the heuristic's pick is for when no GPU is present (default sm_90a, the H100)")
         if name == "tune":
             p.add_argument("--reps", type=_reps, default=25,
                            help=f"timed repetitions per candidate ({MIN_REPS}..{MAX_REPS}; >= 20 recommended)")

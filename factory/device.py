@@ -92,8 +92,10 @@ TARGETS: dict[str, DeviceTarget] = {
     )
 }
 
-# What `generate`, `list` and the heuristic assume when no GPU and no --target is given: the H100.
-DEFAULT_TARGET = TARGETS["sm_90"]
+# What `generate`, `list` and the heuristic assume when no GPU and no --target is given: the H100 as a tune on
+# it describes it (`_DEVICE_ISA`): its arch-specific ISA, sm_90a, which has wgmma; every other instance still
+# compiles for portable sm_90 (compile_arch).
+DEFAULT_TARGET = TARGETS["sm_90a"]
 
 
 def arch_specific_variant(target: DeviceTarget, needed: frozenset[MatrixUnit]) -> DeviceTarget | None:

@@ -201,6 +201,7 @@ class Case:
 DEPTHWISE = frozenset({"dw"})
 GEMM = frozenset({"dl", "mma"})  # the matrix-instruction family too
 GEMM_CHANNELS_LAST = GEMM | {"gwl"}  # and, C and K multiples of 8 channels-last in 1-D/2-D, the windowed one
+HOPPER = frozenset({"wgmma"})  # 16-bit operands on the default target (the H100's sm_90a): warpgroup MMA too
 CASES = [
     Case("depthwise-2d", Layout.NHWGC, DType.FP16, "N=4,G=64,C=1,K=1,input=28x28,filter=3x3,pad=1",
          frozenset({"dl", "dw", "dwt"})),
@@ -213,11 +214,11 @@ CASES = [
     Case("grouped-3d", Layout.GNHWC, DType.INT8, "N=2,G=4,C=8,K=8,input=5x6x7,filter=3x3x3,pad=1",
          GEMM, GEMM),  # int8 on s8 matrix instructions
     Case("dense-2d-1x1", Layout.NHWGC, DType.BF16_FP32W, "N=2,G=1,C=64,K=32,input=14x14,filter=1x1",
-         GEMM_CHANNELS_LAST, GEMM_CHANNELS_LAST),
+         GEMM_CHANNELS_LAST | HOPPER | {"pw"}, GEMM_CHANNELS_LAST | HOPPER | {"pw"}),
     Case("dense-2d-large", Layout.NGCHW, DType.FP16, "N=256,G=1,C=256,K=256,input=56x56,filter=3x3,pad=1",
-         GEMM, GEMM),
+         GEMM | HOPPER, GEMM | HOPPER),
     Case("dense-1d-dilated", Layout.GNHWC, DType.FP16, "N=3,G=1,C=16,K=24,input=33,filter=5,pad=2,dilation=2",
-         GEMM, GEMM_CHANNELS_LAST),
+         GEMM | HOPPER, GEMM_CHANNELS_LAST | HOPPER),
     # More groups than a grid's y dimension holds: the GEMM family must step aside.
     Case("depthwise-1d-many-groups", Layout.NHWGC, DType.FP16, "N=1,G=100000,C=1,K=1,input=16,filter=3,pad=1",
          DEPTHWISE),

@@ -595,7 +595,7 @@ def test_list_dwsep_problem_json(capsys):
         ("dwsep_conv_fwd", "fused", "nhwgc", "fp16", 2)}
     assert all(r["params"]["shape"] == "k3x3s1x1d1x1" for r in applicable)  # the problem's filter compiled in
     rejected = data["rejected"]
-    assert rejected and all(r["reason"] == "needs mfma, which target sm_90 lacks" for r in rejected)
+    assert rejected and all(r["reason"] == "needs mfma, which target sm_90a lacks" for r in rejected)
 
 
 def test_list_dwsep_problem_why_table_and_amd_target(capsys):

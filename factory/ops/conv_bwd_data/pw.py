@@ -24,9 +24,9 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
+from ..conv.transpose import transpose_values
 from ..conv.warpgroups import GROUP_ROWS, OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
-from ..conv.transpose import transpose_values
 from .mma import TileStore, channels_last_copy, transpose_refusal, transposed_gain, transposed_plan
 from .wgmma import MIN_PRODUCTS
 

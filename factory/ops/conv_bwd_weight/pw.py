@@ -21,9 +21,9 @@ from typing import Any
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..conv import layouts as cl
+from ..conv.transpose import transpose_values
 from ..conv.warpgroups import OPERAND_BYTES, StackedWarpgroups, check_pipeline
 from .common import BwdWeightFamily, Reduction, check_split
-from ..conv.transpose import transpose_values
 from .mma import gemm_template_values, staging_fits_layout
 from .wgmma import CELLS as WGMMA_CELLS
 from .wgmma import Wgmma

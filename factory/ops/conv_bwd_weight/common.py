@@ -96,7 +96,8 @@ class BwdWeightFamily(ConvFamily):
 
     def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
         values = dict(params.template_values()) | self.operand_types(dtype) | {"tw": cpp_type(dtype.weight)}
-        return values | self.layout_values(layout)
+        finalize = {"finalize_vector": FINALIZE_VECTOR, "finalize_split_rows": FINALIZE_SPLIT_ROWS}
+        return values | finalize | self.layout_values(layout)
 
     def layout_values(self, layout: Layout) -> dict[str, Any]:
         """Template values that depend on the layout (none unless a family says so)."""
@@ -148,15 +149,10 @@ class BwdWeightFamily(ConvFamily):
         steps.append(with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue))
         if dst == "workspace":
             n_sum = splits if red is Reduction.TWOSTAGE else 1
-            grid, block = self.finalize_shape(wei_numel)
+            grid, block = finalize_shape(wei_numel, n_sum)
             steps.append(Launch("kf_finalize", grid, block,
                                 (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel), epilogue)))
         return LaunchPlan(tuple(steps), workspace)
-
-    def finalize_shape(self, wei_numel: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """Grid and block of kf_finalize over `wei_numel` outputs: templates/common/splitk.h's kernel, a
-        block of 32 x 8 threads per 32 outputs."""
-        return (math.ceil(wei_numel / 32), 1, 1), (32, 8, 1)
 
     def staging(self, params: Any, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
         """Launches that prepare the inputs in the workspace (from byte `at` on) before the main kernel,
@@ -178,6 +174,18 @@ class BwdWeightFamily(ConvFamily):
             return 0.0
         atomics_in_place = problem.dtype.weight in (Scalar.F32, Scalar.I32) and not problem.has_epilogue
         return 0.05 if atomics_in_place else -0.05
+
+
+FINALIZE_VECTOR = 4  # outputs a thread of kf_finalize (templates/common/splitk.h) sums
+FINALIZE_SPLIT_ROWS = 8  # splits from which a block's 8 rows of threads share out the splits of 32 x FV outputs
+
+
+def finalize_shape(wei_numel: int, splits: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Grid and block of kf_finalize over `wei_numel` outputs summed over `splits`: 32 x 8 threads a block, which
+    owns 32 x FINALIZE_VECTOR outputs with FINALIZE_SPLIT_ROWS splits or more (its rows share out the splits),
+    else 256 x FINALIZE_VECTOR (each thread sums all splits of its own)."""
+    per_block = (32 if splits >= FINALIZE_SPLIT_ROWS else 256) * FINALIZE_VECTOR
+    return (math.ceil(wei_numel / per_block), 1, 1), (32, 8, 1)
 
 
 def with_epilogue(main: Launch, args: Struct, epilogue: Struct) -> Launch:

@@ -29,8 +29,6 @@ from .wgmma import CELLS as WGMMA_CELLS
 from .wgmma import Wgmma
 
 
-FINALIZE_VECTOR = 4  # outputs a thread of pw.hip.j2's kf_finalize sums
-
 
 @dataclass(frozen=True)
 class PwParams(StackedWarpgroups):
@@ -65,8 +63,7 @@ class PwParams(StackedWarpgroups):
                 f"_sk{self.split_k}_{self.reduction.value}" + ("_tr" if self.transpose else ""))
 
     def template_values(self) -> dict[str, Any]:
-        return {**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m,
-                "finalize_vector": FINALIZE_VECTOR} | transpose_values()
+        return {**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m} | transpose_values()
 
 
 class Pw(Wgmma):
@@ -119,10 +116,6 @@ class Pw(Wgmma):
         if reads_rows(p, problem):
             return super().split_share(p, problem)
         return math.ceil(self.reduction_stages(p, problem) / p.split_k)
-
-    def finalize_shape(self, wei_numel: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """pw.hip.j2's kf_finalize: 32 x 8 threads a block, FINALIZE_VECTOR outputs a column of threads."""
-        return (math.ceil(wei_numel / (FINALIZE_VECTOR * 32)), 1, 1), (32, 8, 1)
 
     def heuristic_score(self, p: PwParams, problem: ConvProblem, target: DeviceTarget) -> float:
         """`wgmma`'s score for the same tile, 1.0 above it: on the H100 the best `pw` point ran 1.08-1.61x

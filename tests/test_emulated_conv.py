@@ -232,6 +232,12 @@ CASES = [
     Case("pw-ngchw-bf16-2d-odd-run", "pw", L.NGCHW, D.BF16, "N=3,G=1,C=9,K=70,input=7x7,filter=1x1", R.DIRECT),
     Case("pw-ngchw-fp16-1d-wide", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=136,K=72,input=200,filter=1", R.DIRECT,
          lambda p: p.block_m == 128 and p.block_n == 128 and p.vector_a == 8 and not p.transpose),
+    # A weight of 131,072 elements: the finishing kernel sums four outputs a thread, by rows of threads over 8
+    # splits and by whole threads over 2.
+    Case("pw-nhwgc-bf16-wide-weight-rows", "pw", L.NHWGC, D.BF16, "N=1,G=1,C=512,K=256,input=24x24,filter=1x1",
+         R.TWOSTAGE, lambda p: p.split_k == 8 and p.block_n == 128 and not p.transpose),
+    Case("pw-nhwgc-bf16-wide-weight-threads", "pw", L.NHWGC, D.BF16, "N=1,G=1,C=512,K=256,input=24x24,filter=1x1",
+         R.TWOSTAGE, lambda p: p.split_k == 2 and not p.transpose),
     # pw on NGCHW through channels-last copies: planes of 49 and 45 positions (the pass reads a block's planes
     # as one run), and of 75 (over a tile: rows element by element).
     Case("pw-ngchw-bf16-2d-transposed", "pw", L.NGCHW, D.BF16, "N=3,G=2,C=16,K=24,input=7x7,filter=1x1", R.TWOSTAGE,

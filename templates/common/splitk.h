@@ -31,54 +31,61 @@ __device__ __forceinline__ void kf_splitk_store(void* dst, long long idx, ACC v,
 }
 
 // Second stage: sum the per-split partials of an accumulator workspace (one split: the atomics' accumulator),
-// apply the epilogue and convert once to TW. A thread sums FV consecutive outputs, FV at a time where the
-// split stride allows. With SPLIT_ROWS splits or more, a block of 32 x 8 threads owns 32 * FV outputs: its 8
-// rows of threads take every 8th split, and the rows are summed in a fixed order. With fewer, each of the
-// 256 threads sums every split of its own FV outputs, so a block owns 256 * FV. Either way the order of a
-// sum does not depend on scheduling. (A block of 32 outputs, one a thread, made 65,536 blocks over a
-// 2M-element weight: 55 us on the H100 for what is a 24 MB pass.) The launch's grid is the plan's
-// (conv_bwd_weight/common.py finalize_shape), which picks the block's outputs by the same rule.
+// apply the epilogue and convert once to TW. A thread sums V consecutive outputs, V at a time where the split
+// stride allows: KF_FINALIZE_VECTOR on weights of KF_FINALIZE_WIDE_FROM outputs or more, else 1 (a small
+// weight wants the blocks). With KF_FINALIZE_SPLIT_ROWS splits or more, a block of 32 x 8 threads owns 32 * V
+// outputs: its 8 rows of threads take every 8th split, and the rows are summed in a fixed order. With fewer,
+// each of the 256 threads sums every split of its own V outputs, so a block owns 256 * V. Either way the
+// order of a sum does not depend on scheduling. (A block of 32 outputs, one a thread, whatever the splits,
+// made 65,536 blocks over a 2M-element weight: 55 us on the H100 for a 24 MB pass.) The launch's grid is the
+// plan's (conv_bwd_weight/common.py finalize_shape), which sizes a block's outputs by the same rules.
 constexpr int KF_FINALIZE_VECTOR = {{ finalize_vector }}, KF_FINALIZE_SPLIT_ROWS = {{ finalize_split_rows }};
-template <typename ACC, typename TW>
-__device__ __forceinline__ void kf_splitk_finalize(const kf_splitk_args& s, const kf_epilogue& ep) {
-  constexpr int FV = KF_FINALIZE_VECTOR;
-  __shared__ ACC part[8][32 * FV];
+constexpr long long KF_FINALIZE_WIDE_FROM = {{ finalize_wide_from }};
+template <typename ACC, typename TW, int V>
+__device__ __forceinline__ void kf_splitk_finalize_by(const kf_splitk_args& s, const kf_epilogue& ep) {
+  __shared__ ACC part[8][32 * V];
   const ACC* ws = static_cast<const ACC*>(s.ws);
   const bool rows = s.splits >= KF_FINALIZE_SPLIT_ROWS;  // the same for every thread of the launch
   const int thread = rows ? threadIdx.x : threadIdx.y * 32 + threadIdx.x;
-  const long long first = ((long long)blockIdx.x * (rows ? 32 : 256) + thread) * FV;
+  const long long first = ((long long)blockIdx.x * (rows ? 32 : 256) + thread) * V;
   const int k0 = rows ? threadIdx.y : 0, dk = rows ? 8 : 1;
-  ACC sum[FV];
+  ACC sum[V];
 #pragma unroll
-  for (int j = 0; j < FV; ++j) sum[j] = 0;
-  if (first + FV <= s.total && s.split_stride % FV == 0) {
+  for (int j = 0; j < V; ++j) sum[j] = 0;
+  if (first + V <= s.total && s.split_stride % V == 0) {
 #pragma unroll 4
     for (int k = k0; k < s.splits; k += dk) {
-      const kf_vec<ACC, FV> v = *reinterpret_cast<const kf_vec<ACC, FV>*>(ws + (long long)k * s.split_stride + first);
+      const kf_vec<ACC, V> v = *reinterpret_cast<const kf_vec<ACC, V>*>(ws + (long long)k * s.split_stride + first);
 #pragma unroll
-      for (int j = 0; j < FV; ++j) sum[j] += v.v[j];
+      for (int j = 0; j < V; ++j) sum[j] += v.v[j];
     }
   } else {
     for (int k = k0; k < s.splits; k += dk)
 #pragma unroll
-      for (int j = 0; j < FV; ++j)
+      for (int j = 0; j < V; ++j)
         if (first + j < s.total) sum[j] += ws[(long long)k * s.split_stride + first + j];
   }
   if (rows) {
 #pragma unroll
-    for (int j = 0; j < FV; ++j) part[threadIdx.y][threadIdx.x * FV + j] = sum[j];
+    for (int j = 0; j < V; ++j) part[threadIdx.y][threadIdx.x * V + j] = sum[j];
     __syncthreads();
     if (threadIdx.y != 0) return;
 #pragma unroll
-    for (int j = 0; j < FV; ++j) {
+    for (int j = 0; j < V; ++j) {
       ACC t = 0;
 #pragma unroll
-      for (int y = 0; y < 8; ++y) t += part[y][threadIdx.x * FV + j];
+      for (int y = 0; y < 8; ++y) t += part[y][threadIdx.x * V + j];
       sum[j] = t;
     }
   }
 #pragma unroll
-  for (int j = 0; j < FV; ++j)
+  for (int j = 0; j < V; ++j)
     if (first + j < s.total)
       static_cast<TW*>(s.dst)[first + j] = kf_store_acc<TW, ACC>(kf_epilogue_apply<TW, ACC>(ep, first + j, sum[j]));
+}
+
+template <typename ACC, typename TW>
+__device__ __forceinline__ void kf_splitk_finalize(const kf_splitk_args& s, const kf_epilogue& ep) {
+  if (s.total >= KF_FINALIZE_WIDE_FROM) kf_splitk_finalize_by<ACC, TW, KF_FINALIZE_VECTOR>(s, ep);
+  else kf_splitk_finalize_by<ACC, TW, 1>(s, ep);
 }

@@ -96,7 +96,8 @@ class BwdWeightFamily(ConvFamily):
 
     def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
         values = dict(params.template_values()) | self.operand_types(dtype) | {"tw": cpp_type(dtype.weight)}
-        finalize = {"finalize_vector": FINALIZE_VECTOR, "finalize_split_rows": FINALIZE_SPLIT_ROWS}
+        finalize = {"finalize_vector": FINALIZE_VECTOR, "finalize_split_rows": FINALIZE_SPLIT_ROWS,
+                    "finalize_wide_from": FINALIZE_WIDE_FROM}
         return values | finalize | self.layout_values(layout)
 
     def layout_values(self, layout: Layout) -> dict[str, Any]:
@@ -176,15 +177,21 @@ class BwdWeightFamily(ConvFamily):
         return 0.05 if atomics_in_place else -0.05
 
 
-FINALIZE_VECTOR = 4  # outputs a thread of kf_finalize (templates/common/splitk.h) sums
-FINALIZE_SPLIT_ROWS = 8  # splits from which a block's 8 rows of threads share out the splits of 32 x FV outputs
+FINALIZE_VECTOR = 4  # outputs a thread of kf_finalize (templates/common/splitk.h) sums on large weights
+FINALIZE_WIDE_FROM = 1 << 17  # weight elements from which it does (below, one a thread: the blocks are few)
+FINALIZE_SPLIT_ROWS = 8  # splits from which a block's 8 rows of threads share out the splits of 32 threads' outputs
 
 
 def finalize_shape(wei_numel: int, splits: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Grid and block of kf_finalize over `wei_numel` outputs summed over `splits`: 32 x 8 threads a block, which
-    owns 32 x FINALIZE_VECTOR outputs with FINALIZE_SPLIT_ROWS splits or more (its rows share out the splits),
-    else 256 x FINALIZE_VECTOR (each thread sums all splits of its own)."""
-    per_block = (32 if splits >= FINALIZE_SPLIT_ROWS else 256) * FINALIZE_VECTOR
+    """Grid and block of kf_finalize over `wei_numel` outputs summed over `splits`: 32 x 8 threads a block, each
+    thread's outputs FINALIZE_VECTOR on weights of FINALIZE_WIDE_FROM elements or more, else one. With
+    FINALIZE_SPLIT_ROWS splits or more a block's 8 rows share out the splits of 32 threads' outputs; with
+    fewer each of the 256 threads sums every split of its own. On the H100, four outputs a thread on every
+    weight timed 0.88-0.93x the old kernel (one output a thread, 32 a block) on weights of 150-520 K elements
+    with 4-8 splits, and up to 1.23x on depthwise weights of a few thousand with 64-256 splits (4x fewer
+    blocks); hence one output a thread on small weights (bench/NOTES.md 79)."""
+    vector = FINALIZE_VECTOR if wei_numel >= FINALIZE_WIDE_FROM else 1
+    per_block = (32 if splits >= FINALIZE_SPLIT_ROWS else 256) * vector
     return (math.ceil(wei_numel / per_block), 1, 1), (32, 8, 1)
 
 

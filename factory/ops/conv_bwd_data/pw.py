@@ -143,11 +143,13 @@ class Pw(WgmmaRules, BwdDataFamily):
         return PW_LEVEL - slower - self.small_strided(problem) + transposed
 
     def copies_gain(self, problem: ConvProblem) -> float:
-        """`mma`'s weight of the transposing pass (transposed_gain), but none where the copies' GEMM would leave
-        most of a tile's columns empty (C under COPY_FILLED_C): there the in-place GEMM, C x positions a sample,
-        keeps the positions as its wide side. On the H100 an NGCHW layer with C=16 K=80 at 79x79 ran 2.04x
-        slower on the copies' best-ranked point than in place, element-wise reads and all (bench/NOTES.md 77)."""
-        return transposed_gain(problem) if problem.C >= COPY_FILLED_C else -0.5
+        """`mma`'s weight of the transposing pass (transposed_gain), but no gain where the copies' GEMM would leave
+        most of a tile's columns empty (C under COPY_FILLED_C): there at most the -0.5 of in-place reads that
+        take chunks, as the in-place GEMM, C x positions a sample, keeps the positions as its wide side. On the
+        H100 an NGCHW layer with C=16 K=80 at 79x79 ran 2.04x slower on the copies' best-ranked point than in
+        place, element-wise reads and all (bench/NOTES.md 77)."""
+        gain = transposed_gain(problem)
+        return gain if problem.C >= COPY_FILLED_C else min(gain, -0.5)
 
     def small_strided(self, problem: ConvProblem) -> float:
         """Strided layers under STRIDED_SMALL_BYTES of grad_input: 2 a halving, which takes pw below `mma` there.

@@ -97,7 +97,8 @@ class PreparedPlan:
             return
         for step in self._steps:
             if isinstance(step, _PreparedLaunch):
-                step.args.bind(pointers)
+                # Tensor maps hold their buffer's address: encoded again with it (a host call, no GPU work).
+                step.args.bind(pointers, self.backend.encode_tensor_map if step.args.maps else None)
         self._pointers = dict(pointers)
 
     def enqueue(self, stream: int = 0) -> None:

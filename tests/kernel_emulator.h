@@ -34,6 +34,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 // Static shared arrays live in one section of the library, so the launcher can poison them per block.
 // `extern __shared__ T name[];` (dynamic shared memory) is rewritten by kernel_emulator.py into a
 // pointer to kfemu::dynamic_shared, since `extern static` cannot be spelled.
@@ -169,12 +170,18 @@ inline bool run_block(Fiber* fibers, int threads, bool reverse) {
       if (!f.done) ++remaining;
     }
     if (!progressed && remaining > 0) {
-      int at_block = 0, at_warp = 0;
-      for (int i = 0; i < threads; ++i)
-        if (!fibers[i].done) (fibers[i].waiting == &block_barrier ? at_block : at_warp)++;
+      int at_block = 0, at_warp = 0, at_mbarrier = 0;
+      for (int i = 0; i < threads; ++i) {
+        if (fibers[i].done) continue;
+        const Barrier* w = fibers[i].waiting;
+        bool warp_bar = false;
+        for (int k = 0; k <= (threads - 1) / warpSize; ++k) warp_bar |= w == &warps[k].bar;
+        (w == &block_barrier ? at_block : warp_bar ? at_warp : at_mbarrier)++;
+      }
       std::snprintf(message, sizeof message,
-                    "deadlock in block (%u,%u,%u): %d threads wait at __syncthreads, %d at a warp shuffle",
-                    block_index.x, block_index.y, block_index.z, at_block, at_warp);
+                    "deadlock in block (%u,%u,%u): %d threads wait at __syncthreads, %d at a warp shuffle, "
+                    "%d at a shared-memory barrier",
+                    block_index.x, block_index.y, block_index.z, at_block, at_warp, at_mbarrier);
       return false;
     }
   }
@@ -299,6 +306,29 @@ T __shfl_xor(T v, int offset) {
   std::memcpy(&r, w.slots[(lane ^ offset) % warpSize], sizeof(T));
   kfemu::wait(w.bar);
   return r;
+}
+
+// Shared-memory barriers of common/tma.h (mbarrier): a barrier completes a phase when its arrivals are in;
+// a thread waiting for a phase of some parity sleeps until the phase moves on (a copy is done when issued,
+// so its bytes need no counting). The record sits in the 16 bytes the template gives each barrier.
+inline void kfemu_mbarrier_init(void* b, int arrivals) {
+  kfemu::Barrier* bar = static_cast<kfemu::Barrier*>(b);
+  static_assert(sizeof(kfemu::Barrier) <= 16, "a barrier record fits the template's 16 bytes");
+  *bar = kfemu::Barrier{arrivals, 0, 0};
+}
+inline void kfemu_mbarrier_arrive(void* b) {
+  kfemu::Barrier* bar = static_cast<kfemu::Barrier*>(b);
+  if (++bar->arrived == bar->expected) {
+    bar->arrived = 0;
+    ++bar->phase;
+  }
+}
+inline void kfemu_mbarrier_wait(void* b, int parity) {
+  kfemu::Barrier* bar = static_cast<kfemu::Barrier*>(b);
+  if (bar->phase % 2 != (unsigned)parity) return;  // the phase of this parity has completed
+  kfemu::current->waiting = bar;
+  kfemu::current->wait_phase = bar->phase;
+  kfemu::yield();
 }
 
 // One block runs at a time, so every write is already visible to the next.

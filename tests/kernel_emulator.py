@@ -31,7 +31,7 @@ from factory import abi, numerics
 from factory.catalog import Instance
 from factory.codegen import render
 from factory.ops import solver_for
-from factory.ops.base import Launch, LaunchPlan, Memset, Role, TensorSpec
+from factory.ops.base import Launch, LaunchPlan, Memset, Role, TensorMap, TensorSpec
 from factory.verify import Verdict, reference_outputs, verify
 
 HEADER = Path(__file__).with_name("kernel_emulator.h")
@@ -207,7 +207,7 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
             raise EmulatorError(f"{step.entry}: a cooperative launch's blocks wait for each other, "
                                 "which running one block at a time cannot do")
         packed = abi.pack(step.args)  # the executor's packing: structs laid out as the kernel reads them
-        packed.bind({name: array.ctypes.data for name, array in buffers.items()})
+        packed.bind({name: array.ctypes.data for name, array in buffers.items()}, encode_host_map)
         values = packed.values
         argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         grid = (ctypes.c_uint * 3)(*step.grid)
@@ -217,6 +217,21 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
             lib.emu_message.restype = ctypes.c_char_p
             detail = (lib.emu_message() or b"").decode()
             raise KernelFault(f"{step.entry}: {_STATUS.get(status, f'status {status}')}: {detail}")
+
+
+class _HostMap(ctypes.Structure):
+    """common/tma.h's kf_host_map: what the emulator's bulk copies read in place of the driver's encoding."""
+
+    _fields_ = [("base", ctypes.c_uint64), ("dims", ctypes.c_uint64 * 3), ("strides", ctypes.c_uint64 * 2),
+                ("box", ctypes.c_uint32 * 3), ("element_bytes", ctypes.c_uint32)]
+
+
+def encode_host_map(at: int, tmap: TensorMap, address: int) -> None:
+    """The emulator's tensor-map encoder (the executor's is the driver's): rank 3, as tma.h copies."""
+    if len(tmap.dims) != 3:
+        raise EmulatorError(f"the emulator's bulk copies take three-dimensional maps, not {tmap}")
+    host = _HostMap(address, tmap.dims, tmap.strides, tmap.box, tmap.element_bytes)
+    ctypes.memmove(at, ctypes.addressof(host), ctypes.sizeof(host))
 
 
 def can_emulate(instance: Instance, problem: Any) -> bool:

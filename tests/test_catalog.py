@@ -41,7 +41,7 @@ from factory.catalog import (
 )
 from factory.ops import implemented_ops, solver_for
 from factory.ops.conv_bwd_weight.common import TABLE_DTYPES
-from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Struct, buffers_of
+from factory.ops.base import F32, I32, Buf, Launch, LaunchPlan, Memset, Struct, TensorMap, buffers_of
 from factory.problem import ConvProblem, DType, Layout, Op, parse_conv_problem, supported_cells_text
 from factory.resources import instances_dir
 from factory.selector import explain, lookup
@@ -417,9 +417,15 @@ def struct_layout(arg: Struct) -> tuple[tuple[str, type], ...]:
     return tuple((name, type(value)) for name, value in arg.fields)
 
 
+TENSOR_MAP_PARAM = "kf_tensor_map"  # common/tma.h: a TensorMap argument's kernel parameter
+
+
 def _param_kind(decl: str) -> type | str:
-    """Buf / I32 / F32 for a scalar parameter; the struct's name for an args.h struct taken by value."""
+    """Buf / I32 / F32 for a scalar parameter; the struct's name for an args.h struct taken by value, or a
+    tensor map's."""
     words = re.findall(r"\w+", decl)
+    if TENSOR_MAP_PARAM in words and "*" not in decl and "&" not in decl:
+        return TENSOR_MAP_PARAM
     structs = [w for w in words if w in abi_structs()]
     if structs and "*" not in decl and "&" not in decl:
         return structs[0]
@@ -427,6 +433,8 @@ def _param_kind(decl: str) -> type | str:
 
 
 def _arg_kind(arg: object) -> type | str:
+    if isinstance(arg, TensorMap):
+        return TENSOR_MAP_PARAM
     return arg.ctype if isinstance(arg, Struct) else type(arg)
 
 
@@ -473,6 +481,13 @@ def plan_problems(inst: Instance, problem: ConvProblem, plan: LaunchPlan) -> lis
                 elif struct_layout(arg) != declared:
                     errors.append(f"{where}: {arg.ctype} fields {struct_layout(arg)} differ from args.h's {declared}")
         for arg in abi.flatten_args(step.args):
+            if isinstance(arg, TensorMap):
+                last = (arg.dims[0] - 1) * arg.element_bytes + sum((d - 1) * s for d, s in zip(arg.dims[1:], arg.strides))
+                room = sizes.get(arg.buffer.name, 0) - arg.buffer.offset
+                if last + arg.element_bytes > room:
+                    errors.append(f"{where}: a tensor map over {arg.buffer.name!r} reaches byte "
+                                  f"{last + arg.element_bytes} of the {room} it has")
+                arg = arg.buffer  # its buffer is checked as a pointer argument's
             if isinstance(arg, Buf):
                 used.add(arg.name)
                 if arg.name not in sizes:

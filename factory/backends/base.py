@@ -132,6 +132,11 @@ class Backend(Protocol):
         the device cannot hold is an error, not a hang."""
         ...
 
+    def encode_tensor_map(self, at: int, tmap: Any, address: int) -> None:
+        """Write the device's encoding of `tmap` (factory/ops/base.py: TensorMap) over the buffer at `address`
+        to the 128 bytes at host address `at` (64-byte aligned): a kernel parameter of bulk tensor copies."""
+        ...
+
     # Memory: device pointers are plain ints.
     def alloc(self, nbytes: int) -> int: ...
 

@@ -12,11 +12,14 @@ import functools
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .base import BackendError, BackendKind, CompiledBinary, CompileError, DeviceInfo, KernelArg
+
+if TYPE_CHECKING:
+    from ..ops.base import TensorMap
 
 
 def _nvrtc() -> Any:
@@ -180,6 +183,26 @@ def _hot_path() -> _HotPath | None:
     cooperative.argtypes = [ptr, u32, u32, u32, u32, u32, u32, u32, ptr, ptr]
     cooperative.restype = ctypes.c_int
     return _HotPath(launch, memset, cooperative)
+
+
+# cuTensorMapEncodeTiled's enums (cuda.h): an unsigned type of the element's width (the copy moves bits),
+# 128-byte swizzle, L2 promotion of 256 bytes, zeros past the tensor's edge.
+_MAP_DATA_TYPE = {1: 0, 2: 1, 4: 2, 8: 4}
+_MAP_SWIZZLE_128B, _MAP_L2_PROMOTION_256B, _MAP_INTERLEAVE_NONE, _MAP_OOB_ZEROS = 3, 3, 0, 0
+
+
+@lru_cache(maxsize=1)
+def _tensor_map_encoder() -> Any:
+    """cuTensorMapEncodeTiled from libcuda: a host-side call, made whenever a tensor map's buffer is bound."""
+    try:
+        encode = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1").cuTensorMapEncodeTiled
+    except (OSError, AttributeError) as exc:
+        raise BackendError(f"cuTensorMapEncodeTiled is not in this driver: {exc}") from None
+    u32, ptr = ctypes.c_uint32, ctypes.c_void_p
+    encode.argtypes = [ptr, ctypes.c_int, u32, ptr, ptr, ptr, ptr, ptr, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int]
+    encode.restype = ctypes.c_int
+    return encode
 
 
 def device_count() -> int:
@@ -352,6 +375,21 @@ class CudaBackend:
                 _check((self._driver.CUresult(status),), "cuMemsetD8Async")
             return
         _check(self._driver.cuMemsetD8Async(ptr, byte, nbytes, stream), "cuMemsetD8Async")
+
+    def encode_tensor_map(self, at: int, tmap: "TensorMap", address: int) -> None:
+        """The CUtensorMap of `tmap` over the buffer at `address`, written to the 64-byte aligned `at`."""
+        if tmap.element_bytes not in _MAP_DATA_TYPE:
+            raise BackendError(f"a tensor map of {tmap.element_bytes}-byte elements")
+        rank = len(tmap.dims)
+        dims = (ctypes.c_uint64 * rank)(*tmap.dims)
+        strides = (ctypes.c_uint64 * max(1, rank - 1))(*tmap.strides)
+        box = (ctypes.c_uint32 * rank)(*tmap.box)
+        steps = (ctypes.c_uint32 * rank)(*[1] * rank)
+        status = _tensor_map_encoder()(at, _MAP_DATA_TYPE[tmap.element_bytes], rank, address, dims, strides, box,
+                                       steps, _MAP_INTERLEAVE_NONE, _MAP_SWIZZLE_128B, _MAP_L2_PROMOTION_256B,
+                                       _MAP_OOB_ZEROS)
+        if status != 0:
+            _check((self._driver.CUresult(status),), f"cuTensorMapEncodeTiled({tmap})")
 
     def copy_to_device(self, ptr: int, data: bytes | memoryview) -> None:
         data = bytes(data)

@@ -313,6 +313,9 @@ class HipBackend:
     def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
         _call("hipMemsetAsync", self._hip.hipMemsetAsync, ptr, byte, nbytes, stream or None)
 
+    def encode_tensor_map(self, at: int, tmap: Any, address: int) -> None:
+        raise BackendError("bulk tensor copies (tensor maps) are an NVIDIA sm_90 feature; no HIP kernel takes one")
+
     def copy_to_device(self, ptr: int, data: bytes | memoryview) -> None:
         view = memoryview(data).cast("B")
         kind = self._hip.hipMemcpyKind.hipMemcpyHostToDevice

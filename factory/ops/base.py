@@ -89,17 +89,51 @@ class Struct:
         return Struct(self.ctype, tuple((f, values.get(f, v)) for f, v in self.fields))
 
 
-LaunchArg = Union[Buf, I32, F32, Struct]
+TENSOR_MAP_BOX_MAX = 256  # elements of a box along any dimension
+TENSOR_MAP_SWIZZLE_BYTES = 128  # the swizzle span: a box's innermost extent, in bytes, when swizzled
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A bulk-tensor-copy descriptor over a buffer (templates/common/tma.h), passed by value as the kernel
+    parameter `kf_tensor_map`: the tensor's dims (elements, innermost first), the byte strides of dims 1..,
+    and the box one copy moves into shared memory, 128-byte swizzled. The backend encodes it when the
+    buffer's pointer is bound (the encoding holds the address)."""
+
+    buffer: Buf
+    element_bytes: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        rank = len(self.dims)
+        if not 1 <= rank <= 5 or len(self.box) != rank or len(self.strides) != rank - 1:
+            raise ValueError(f"a tensor map of rank 1-5 with a box of as many dims and rank - 1 strides, "
+                             f"not dims {self.dims}, strides {self.strides}, box {self.box}")
+        if any(d < 1 for d in self.dims) or any(not 1 <= b <= TENSOR_MAP_BOX_MAX for b in self.box):
+            raise ValueError(f"tensor map dims {self.dims} and box {self.box}: positive, box at most "
+                             f"{TENSOR_MAP_BOX_MAX}")
+        if any(s % 16 or s <= 0 for s in self.strides):
+            raise ValueError(f"tensor map strides {self.strides} must be positive multiples of 16 bytes")
+        if self.box[0] * self.element_bytes != TENSOR_MAP_SWIZZLE_BYTES:
+            raise ValueError(f"a box's rows are one {TENSOR_MAP_SWIZZLE_BYTES}-byte swizzle span, not "
+                             f"{self.box[0]} x {self.element_bytes} bytes")
+
+
+LaunchArg = Union[Buf, I32, F32, Struct, TensorMap]
 
 
 def buffers_of(args: Sequence[LaunchArg]) -> list[Buf]:
-    """Every buffer a launch's arguments name, struct fields included, in parameter order."""
+    """Every buffer a launch's arguments name, struct fields and tensor maps included, in parameter order."""
     found: list[Buf] = []
     for arg in args:
         if isinstance(arg, Struct):
             found += [v for _, v in arg.fields if isinstance(v, Buf)]
         elif isinstance(arg, Buf):
             found.append(arg)
+        elif isinstance(arg, TensorMap):
+            found.append(arg.buffer)
     return found
 
 

@@ -137,6 +137,35 @@ struct RunChunks {
   }
 };
 
+// The block's finished tile (m0, n0) handed to the op: each accumulator row and column mapped to the output
+// once (a lane holds few, each many times). A lane's elements 2h and 2h + 1 of a fragment are two adjacent
+// columns of one row (mma.h), handed to the op together so that it may store them as one vector.
+template <class Cfg, class Op>
+__device__ __forceinline__ void store_tile(const Op& op, kf_mma::FragC<typename Cfg::T> (&acc)[Cfg::FM][Cfg::FN],
+                                           int m0, int n0, int wm, int wn) {
+  const int lane = threadIdx.x % kf_mma::LANES;
+  static_assert(kf_mma::C_ELEMS == 4 && kf_mma::C_ROWS == 2 && kf_mma::C_COLS == 2, "pairs of columns per row");
+  using CRow = decltype(op.c_row(0));
+  using CCol = decltype(op.c_col(0));
+  CRow rows[Cfg::FM][kf_mma::C_ROWS];
+  CCol cols[Cfg::FN][kf_mma::C_COLS];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int h = 0; h < kf_mma::C_ROWS; ++h) rows[i][h] = op.c_row(m0 + wm + i * kf_mma::M + kf_mma::c_row(h, lane));
+#pragma unroll
+  for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+    for (int h = 0; h < kf_mma::C_COLS; ++h) cols[j][h] = op.c_col(n0 + wn + j * kf_mma::N + kf_mma::c_col(h, lane));
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int h = 0; h < kf_mma::C_ROWS; ++h)
+        op.store_pair(rows[i][h], cols[j][0], cols[j][1], acc[i][j].x[2 * h], acc[i][j].x[2 * h + 1]);
+}
+
 // The block's tile (m0, n0) over `tiles` stages that the chunks `a` and `b` load one after another: the
 // main loop of igemm.h's run(), then op.store_pair for every pair of elements of the tile.
 template <class Cfg, class Op, class AChunks, class BChunks>
@@ -147,9 +176,8 @@ __device__ __forceinline__ void run_stages(const Op& op, typename Cfg::T* smem_p
   const unsigned long long base = reinterpret_cast<unsigned long long>(smem_ptr);
   T* const aligned = reinterpret_cast<T*>((base + Cfg::SMEM_ALIGN - 1) / Cfg::SMEM_ALIGN * Cfg::SMEM_ALIGN);
   const kf_mma::Smem<T> smem = kf_mma::smem(aligned);
-  const int warp = threadIdx.x / kf_mma::LANES, lane = threadIdx.x % kf_mma::LANES;
   int wm, wn;
-  Cfg::warp_origin(warp, wm, wn);
+  Cfg::warp_origin(threadIdx.x / kf_mma::LANES, wm, wn);
   using Acc = typename kf_mma::FragC<T>::Acc;
   kf_mma::FragC<T> acc[Cfg::FM][Cfg::FN];
   for_each_acc<Cfg>(acc, [](Acc& v, int) { v = 0; });
@@ -173,31 +201,9 @@ __device__ __forceinline__ void run_stages(const Op& op, typename Cfg::T* smem_p
     Cfg::compute(smem + (t % Cfg::STAGES) * Cfg::STAGE, acc, wm, wn);
   }
 
-  // Each accumulator row and column mapped to the output once (a lane holds few, each many times). A
-  // lane's elements 2h and 2h + 1 of a fragment are two adjacent columns of one row (mma.h), handed to
-  // the op together so that it may store them as one vector. Every warp is done with the pipeline's shared
-  // memory first, so an op may stage its tile there.
+  // Every warp is done with the pipeline's shared memory before the tile is stored: an op may stage it there.
   __syncthreads();
-  static_assert(kf_mma::C_ELEMS == 4 && kf_mma::C_ROWS == 2 && kf_mma::C_COLS == 2, "pairs of columns per row");
-  using CRow = decltype(op.c_row(0));
-  using CCol = decltype(op.c_col(0));
-  CRow rows[Cfg::FM][kf_mma::C_ROWS];
-  CCol cols[Cfg::FN][kf_mma::C_COLS];
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int h = 0; h < kf_mma::C_ROWS; ++h) rows[i][h] = op.c_row(m0 + wm + i * kf_mma::M + kf_mma::c_row(h, lane));
-#pragma unroll
-  for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-    for (int h = 0; h < kf_mma::C_COLS; ++h) cols[j][h] = op.c_col(n0 + wn + j * kf_mma::N + kf_mma::c_col(h, lane));
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-      for (int h = 0; h < kf_mma::C_ROWS; ++h)
-        op.store_pair(rows[i][h], cols[j][0], cols[j][1], acc[i][j].x[2 * h], acc[i][j].x[2 * h + 1]);
+  store_tile<Cfg>(op, acc, m0, n0, wm, wn);
 }
 
 // The block's tile (m0, n0) over reduction rows [r_begin, r_end) of row matrices (r-major tiles).

@@ -246,6 +246,17 @@ CASES = [
          R.DIRECT, lambda p: p.transpose and p.block_m == 128),
     Case("pw-ngchw-fp16-1d-transposed-long-plane", "pw", L.NGCHW, D.FP16, "N=2,G=1,C=8,K=16,input=75,filter=1",
          R.TWOSTAGE, lambda p: p.transpose),
+    # pw with bulk tensor copies: channels past a box's 64 columns and rows past the tensor's end arrive as
+    # zeros; a ring of stages refilled several times over (25 stages through 4 slots); groups as the map's
+    # third dimension; two warpgroups by four column slabs; the transposing pass's copies as the tensors.
+    Case("pw-nhwgc-fp16-2d-tma", "pw", L.NHWGC, D.FP16, "N=5,G=2,C=24,K=40,input=9x11,filter=1x1", R.TWOSTAGE,
+         lambda p: p.tma and p.split_k == 2 and p.block_n == 64),
+    Case("pw-nhwgc-bf16-2d-tma-ring", "pw", L.NHWGC, D.BF16, "N=4,G=1,C=8,K=16,input=20x20,filter=1x1", R.DIRECT,
+         lambda p: p.tma and p.split_k == 1 and p.stages == 4 and p.block_m == 64),
+    Case("pw-gnhwc-bf16w-3d-tma-wide", "pw", L.GNHWC, D.BF16_FP32W, "N=2,G=3,C=136,K=72,input=3x5x7,filter=1x1x1",
+         R.TWOSTAGE, lambda p: p.tma and p.block_m == 128 and p.block_n == 256 and p.split_k == 4),
+    Case("pw-ngchw-fp16-2d-tma-transposed", "pw", L.NGCHW, D.FP16, "N=3,G=2,C=16,K=24,input=7x7,filter=1x1",
+         R.TWOSTAGE, lambda p: p.tma and p.transpose),
     # mfma: the same engine with AMD's 64-lane MFMA layout (fragments exchanged as the instruction does).
     Case("mfma-nhwgc-fp16-2d", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mfma-ngchw-bf16-2d-s2-p0", "mfma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),

@@ -109,8 +109,10 @@ def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tupl
             continue
         ranked = sorted(mine, key=lambda c: -op_solver.heuristic_score(c.family, c.params, problem, target))
         by_tile = {}
-        for c in ranked:  # the best-ranked point of each tile shape and chunk width, in place and on copies
-            by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a, c.params.transpose), c)
+        for c in ranked:  # the best-ranked point of each tile shape and chunk width, in place and on copies,
+            # with the threads' copies and with bulk tensor copies
+            by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a, c.params.transpose,
+                                getattr(c.params, "tma", False)), c)
         runs += [(problem, c) for c in by_tile.values()]
     ran, failures = run_against_pytorch(runs, gpu_backend, seed)
     failures = missing + failures

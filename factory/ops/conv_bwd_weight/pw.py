@@ -14,15 +14,17 @@ operands.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
+from ..base import Buf, Launch, Struct, TensorMap
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
-from ..conv.warpgroups import OPERAND_BYTES, StackedWarpgroups, check_pipeline
+from ..conv.warpgroups import OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
 from .common import BwdWeightFamily, Reduction, check_split
 from .mma import gemm_template_values, staging_fits_layout
 from .wgmma import CELLS as WGMMA_CELLS
@@ -42,6 +44,7 @@ class PwParams(StackedWarpgroups):
     reduction: Reduction
 
     transpose: bool = False  # NGCHW tensors copied channels-last into the workspace first (staged.py)
+    tma: bool = False  # rows brought in by bulk tensor copies (common/igemm_tma.h), not the threads' cp.async
 
     # What `wgmma`'s checks and plan ask of a tuning point, fixed here: one pipeline of one warpgroup
     # column, one group a tile, 64-bit row offsets.
@@ -54,16 +57,43 @@ class PwParams(StackedWarpgroups):
         check_split(self.split_k, self.reduction)
         self.check_block()
         check_pipeline(self, self.threads)
+        if self.tma and (self.vector_a, self.vector_b) != (TMA_VECTOR, TMA_VECTOR):
+            raise ValueError(f"bulk tensor copies move 16-byte aligned rows: vectors {TMA_VECTOR}x{TMA_VECTOR} "
+                             "(what the alignment check reads), not "
+                             f"{self.vector_a}x{self.vector_b}")
 
     def shared_bytes(self, layout: Layout, dtype: DType) -> int:
-        return self.pipeline_bytes()
+        return self.pipeline_bytes() + (2 * self.stages * TMA_BARRIER_BYTES if self.tma else 0)
 
     def suffix(self) -> str:
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_v{self.vector_a}x{self.vector_b}"
-                f"_sk{self.split_k}_{self.reduction.value}" + ("_tr" if self.transpose else ""))
+                f"_sk{self.split_k}_{self.reduction.value}" + ("_tr" if self.transpose else "")
+                + ("_tma" if self.tma else ""))
 
     def template_values(self) -> dict[str, Any]:
-        return {**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m} | transpose_values()
+        return ({**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m, "tma": self.tma,
+                 "wgmma_overlap": self.tma} | transpose_values())
+
+
+TMA_VECTOR = 8  # elements of a 16-byte unit: rows and group strides of whole units are what a tensor map takes
+TMA_BARRIER_BYTES = 16  # a stage's `full` and `empty` barriers each (common/tma.h: Bar)
+TMA_PRIOR_GAP = 0.01  # heuristic_score: bulk tensor copies just below the threads' copies of the same point
+
+
+def row_maps(p: PwParams, problem: ConvProblem, args: Struct) -> tuple[TensorMap, TensorMap]:
+    """dOut and In (as `args` point at them: the tensors, or the transposing pass's copies) as tensor maps of
+    (channels, rows, groups), a box one 64-column slab of a stage: templates/common/igemm_tma.h's maps."""
+    rows = problem.N * math.prod(problem.output)
+
+    def rows_map(tensor: str, channels: int, pitch: str, group_pitch: str) -> TensorMap:
+        row_bytes = args[pitch].value * OPERAND_BYTES  # type: ignore[union-attr]
+        group_bytes = args[group_pitch].value * OPERAND_BYTES if problem.G > 1 else rows * row_bytes  # type: ignore[union-attr]
+        buffer = args[tensor]
+        assert isinstance(buffer, Buf)
+        return TensorMap(buffer, OPERAND_BYTES, (channels, rows, problem.G), (row_bytes, group_bytes),
+                         (SWIZZLE_ROW, p.block_k, 1))
+
+    return rows_map("out", problem.K, "out_w", "out_g"), rows_map("in", problem.C, "in_w", "in_g")
 
 
 class Pw(Wgmma):
@@ -91,7 +121,16 @@ class Pw(Wgmma):
             return "pointwise layers only: a 1x1 filter at stride 1"
         if any(problem.pad) or any(problem.pad_right):
             return "pointwise layers only: no padding"
+        if p.tma and not reads_rows(p, problem):
+            return ("bulk tensor copies read rows of channels: channels-last tensors, or NGCHW ones through "
+                    "the transposing pass's copies")
         return super().why_not_here(p, problem, target)
+
+    def main_launch(self, p: PwParams, problem: ConvProblem, target: DeviceTarget, args: Struct,
+                    wei_numel: int) -> Launch:
+        """`wgmma`'s launch; with bulk tensor copies, the two operands' tensor maps after its parameters."""
+        launch = super().main_launch(p, problem, target, args, wei_numel)
+        return dataclasses.replace(launch, args=(*launch.args, *row_maps(p, problem, args))) if p.tma else launch
 
     def chunks_why_not(self, p: PwParams, problem: ConvProblem) -> str | None:
         """NGCHW: chunks of positions, so the positions of a sample (the run) must split into them; both
@@ -124,8 +163,12 @@ class Pw(Wgmma):
         still picked `mma` / `wgmma` tiles on three of them (1.35-1.43x the best). The pick then ran at
         1.043x the best (worst 1.29x; bench/NOTES.md 44). Four stages a little above six: 0.98x the
         time of the same point with six (272 pairs, the faster in 171); else the name's tie-break
-        picks six. NGCHW runs pay `run_cost`; copies pay `copy_cost`."""
-        score = super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
+        picks six. NGCHW runs pay `run_cost`; copies pay `copy_cost`. Bulk tensor copies (`tma`) a hair below
+        the same point with the threads' copies: on the H100/H200 the best of each ran within 0.94-1.06x of
+        the other on ten pointwise layers (bench/NOTES.md 80), so a tie goes to the point the prior's terms
+        were fitted on."""
+        score = (super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
+                 - (TMA_PRIOR_GAP if p.tma else 0.0))
         if p.transpose:
             return score - self.copy_cost(problem)
         return score if reads_rows(p, problem) else score - self.run_cost(p, problem)

@@ -164,9 +164,9 @@ class Pw(Wgmma):
         1.043x the best (worst 1.29x; bench/NOTES.md 44). Four stages a little above six: 0.98x the
         time of the same point with six (272 pairs, the faster in 171); else the name's tie-break
         picks six. NGCHW runs pay `run_cost`; copies pay `copy_cost`. Bulk tensor copies (`tma`) a hair below
-        the same point with the threads' copies: on the H100/H200 the best of each ran within 0.94-1.06x of
-        the other on ten pointwise layers (bench/NOTES.md 80), so a tie goes to the point the prior's terms
-        were fitted on."""
+        the same point with the threads' copies: on the H100 the best of each ran within 0.91-1.07x of the
+        other on twelve random pointwise layers (0.99x geomean; bench/NOTES.md 80), so a tie goes to the
+        point the prior's terms were fitted on."""
         score = (super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
                  - (TMA_PRIOR_GAP if p.tma else 0.0))
         if p.transpose:

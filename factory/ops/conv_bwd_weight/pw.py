@@ -77,7 +77,7 @@ class PwParams(StackedWarpgroups):
 
 TMA_VECTOR = 8  # elements of a 16-byte unit: rows and group strides of whole units are what a tensor map takes
 TMA_BARRIER_BYTES = 16  # a stage's `full` and `empty` barriers each (common/tma.h: Bar)
-TMA_PRIOR_GAP = 0.01  # heuristic_score: bulk tensor copies just below the threads' copies of the same point
+TMA_PRIOR_GAP = 0.5  # heuristic_score, doublings: bulk tensor copies below the threads' copies (see there)
 
 
 def row_maps(p: PwParams, problem: ConvProblem, args: Struct) -> tuple[TensorMap, TensorMap]:
@@ -163,10 +163,11 @@ class Pw(Wgmma):
         still picked `mma` / `wgmma` tiles on three of them (1.35-1.43x the best). The pick then ran at
         1.043x the best (worst 1.29x; bench/NOTES.md 44). Four stages a little above six: 0.98x the
         time of the same point with six (272 pairs, the faster in 171); else the name's tie-break
-        picks six. NGCHW runs pay `run_cost`; copies pay `copy_cost`. Bulk tensor copies (`tma`) a hair below
-        the same point with the threads' copies: on the H100 the best of each ran within 0.91-1.07x of the
-        other on twelve random pointwise layers (0.99x geomean; bench/NOTES.md 80), so a tie goes to the
-        point the prior's terms were fitted on."""
+        picks six. NGCHW runs pay `run_cost`; copies pay `copy_cost`. Bulk tensor copies (`tma`) half a
+        doubling below: on the H100 the best of each ran within 0.91-1.07x of the other on twelve random
+        pointwise layers (0.99x geomean; bench/NOTES.md 80), so the prior's pick and a budgeted tune's first
+        candidates stay the points its terms were fitted on (with 0.01, near-twins of the first candidates
+        filled 188 of the first four places over 124 pointwise problems); a full tune still measures them."""
         score = (super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
                  - (TMA_PRIOR_GAP if p.tma else 0.0))
         if p.transpose:

@@ -205,6 +205,21 @@ def _tensor_map_encoder() -> Any:
     return encode
 
 
+def _map_shape(tmap: "TensorMap") -> tuple[int, int]:
+    """cuTensorMapEncodeTiled's data type and rank of `tmap`."""
+    if tmap.element_bytes not in _MAP_DATA_TYPE:
+        raise BackendError(f"a tensor map of {tmap.element_bytes}-byte elements")
+    return _MAP_DATA_TYPE[tmap.element_bytes], len(tmap.dims)
+
+
+@lru_cache(maxsize=256)
+def _map_geometry(tmap: "TensorMap") -> tuple[Any, Any, Any, Any]:
+    """cuTensorMapEncodeTiled's dims, strides, box and element steps of `tmap`, as the ctypes arrays it reads."""
+    rank = len(tmap.dims)
+    return ((ctypes.c_uint64 * rank)(*tmap.dims), (ctypes.c_uint64 * max(1, rank - 1))(*tmap.strides),
+            (ctypes.c_uint32 * rank)(*tmap.box), (ctypes.c_uint32 * rank)(*[1] * rank))
+
+
 def device_count() -> int:
     """CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); creates no context."""
     return _initialised_count(_driver())
@@ -377,17 +392,10 @@ class CudaBackend:
         _check(self._driver.cuMemsetD8Async(ptr, byte, nbytes, stream), "cuMemsetD8Async")
 
     def encode_tensor_map(self, at: int, tmap: "TensorMap", address: int) -> None:
-        """The CUtensorMap of `tmap` over the buffer at `address`, written to the 64-byte aligned `at`."""
-        if tmap.element_bytes not in _MAP_DATA_TYPE:
-            raise BackendError(f"a tensor map of {tmap.element_bytes}-byte elements")
-        rank = len(tmap.dims)
-        dims = (ctypes.c_uint64 * rank)(*tmap.dims)
-        strides = (ctypes.c_uint64 * max(1, rank - 1))(*tmap.strides)
-        box = (ctypes.c_uint32 * rank)(*tmap.box)
-        steps = (ctypes.c_uint32 * rank)(*[1] * rank)
-        status = _tensor_map_encoder()(at, _MAP_DATA_TYPE[tmap.element_bytes], rank, address, dims, strides, box,
-                                       steps, _MAP_INTERLEAVE_NONE, _MAP_SWIZZLE_128B, _MAP_L2_PROMOTION_256B,
-                                       _MAP_OOB_ZEROS)
+        """The CUtensorMap of `tmap` over the buffer at `address`, written to the 64-byte aligned `at` (on the
+        caller's path whenever a plan is bound to new buffers: the shape's arrays are made once)."""
+        status = _tensor_map_encoder()(at, *_map_shape(tmap), address, *_map_geometry(tmap), _MAP_INTERLEAVE_NONE,
+                                       _MAP_SWIZZLE_128B, _MAP_L2_PROMOTION_256B, _MAP_OOB_ZEROS)
         if status != 0:
             _check((self._driver.CUresult(status),), f"cuTensorMapEncodeTiled({tmap})")
 

@@ -8,8 +8,10 @@ element by element), `transpose` points copy both tensors channels-last first (t
 runs of planes 16 bytes at a time) and read the copies' rows. The engine's main loop on row or
 run chunks (templates/common/igemm_rows.h) streams them straight into wgmma's swizzled tiles: a thread's
 copy of a stage is its copy of the last one moved on, where `wgmma` works out a position, bounds and an
-offset for each 16-byte chunk. Split-K and the epilogues are `wgmma`'s. Compiled for sm_90a, fp16 / bf16
-operands.
+offset for each 16-byte chunk. `tma` points take the rows by bulk tensor copies instead
+(templates/common/igemm_tma.h: one thread issues a stage, no other spends an instruction on loads; the
+tensor maps follow the kernel's other parameters). Split-K and the epilogues are `wgmma`'s. Compiled for
+sm_90a, fp16 / bf16 operands.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
-from ..base import Buf, Launch, Struct, TensorMap
+from ..base import I32, Buf, Launch, Struct, TensorMap
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
 from ..conv.warpgroups import OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
@@ -85,12 +87,16 @@ def row_maps(p: PwParams, problem: ConvProblem, args: Struct) -> tuple[TensorMap
     (channels, rows, groups), a box one 64-column slab of a stage: templates/common/igemm_tma.h's maps."""
     rows = problem.N * math.prod(problem.output)
 
+    def field(name: str, kind: type) -> Any:
+        value = args[name]
+        assert isinstance(value, kind), f"{args.ctype}.{name} is {value!r}"
+        return value
+
     def rows_map(tensor: str, channels: int, pitch: str, group_pitch: str) -> TensorMap:
-        row_bytes = args[pitch].value * OPERAND_BYTES  # type: ignore[union-attr]
-        group_bytes = args[group_pitch].value * OPERAND_BYTES if problem.G > 1 else rows * row_bytes  # type: ignore[union-attr]
-        buffer = args[tensor]
-        assert isinstance(buffer, Buf)
-        return TensorMap(buffer, OPERAND_BYTES, (channels, rows, problem.G), (row_bytes, group_bytes),
+        row_bytes = field(pitch, I32).value * OPERAND_BYTES
+        # One group: any positive multiple of 16 bytes serves as the unused third dimension's stride.
+        group_bytes = field(group_pitch, I32).value * OPERAND_BYTES if problem.G > 1 else rows * row_bytes
+        return TensorMap(field(tensor, Buf), OPERAND_BYTES, (channels, rows, problem.G), (row_bytes, group_bytes),
                          (SWIZZLE_ROW, p.block_k, 1))
 
     return rows_map("out", problem.K, "out_w", "out_g"), rows_map("in", problem.C, "in_w", "in_g")

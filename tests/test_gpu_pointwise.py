@@ -4,7 +4,8 @@ Every `pw` instance on pointwise problems of odd sizes (reduction rows that end 
 past a tile's edge and not multiples of 8, several groups, 1-D and 3-D, N=1; channels-last rows and NGCHW
 runs of positions that take 8-, 4-, 2- and 1-element chunks) against the numpy reference; then 60 seeded
 random pointwise problems in every layout, each run with the `pw` instance the heuristic ranks first and
-with the one of each other tile shape and chunk width, through Kernel.run against PyTorch (cuDNN). The same
+with the one of each other tile shape and chunk width (with the threads' copies and with bulk tensor copies,
+`_tma`), through Kernel.run against PyTorch (cuDNN). The same
 for backward-data's `pw`: every instance on problems of both layout kinds (K past a stage, positions and
 channels past a tile, element-wise chunks, 1-D and 3-D, groups, strided layers), then 60 random problems
 against PyTorch, about half of them strided. NGCHW problems run on transposing points too (channels-last

@@ -4,8 +4,8 @@
 // landed, `empty` when every warp is done reading it. The loads run STAGES stages ahead of the matrix
 // instructions; a stage is refilled once its readers are through, without a block-wide barrier per stage.
 // A stage's matrix instructions stay in flight while the next stage's are issued (the configuration's
-// compute waits for the stage before only: wgmma.h's wgmma_overlap); measured on the H200, no faster than
-// waiting for each stage's, nor slower (bench/NOTES.md 80).
+// compute waits for the stage before only: wgmma.h's wgmma_overlap); measured, it moved nothing against the
+// threads' copies (bench/NOTES.md 80).
 //
 // The op's matrices are r-major rows (a channels-last layer's rows of K and C), so a box is BK reduction rows
 // by 64 columns: one swizzle slab of wgmma.h's r-major tiles, which the copy engine writes in that layout.

@@ -166,6 +166,9 @@ class FakeGPU:
     def prepare_args(self, args: list) -> list:
         return args
 
+    def encode_tensor_map(self, at: int, tmap: object, address: int) -> None:
+        """No kernel runs here, so a tensor map's bytes stay as packed (zeros)."""
+
     def launch_prepared(self, kernel, grid, block, prepared, shared_bytes: int = 0, stream: int = 0) -> None:
         inst, entry = kernel
         self._running = inst.name

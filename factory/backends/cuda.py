@@ -168,12 +168,21 @@ class _HotPath:
 
 
 @lru_cache(maxsize=1)
+def _libcuda() -> ctypes.CDLL | None:
+    """The driver library opened by name for direct calls, or None where it cannot be."""
+    try:
+        return ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=1)
 def _hot_path() -> _HotPath | None:
     """None where libcuda cannot be opened by name (the bindings' calls are used instead)."""
+    lib = _libcuda()
     try:
-        lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
         launch, memset, cooperative = lib.cuLaunchKernel, lib.cuMemsetD8Async, lib.cuLaunchCooperativeKernel
-    except (OSError, AttributeError):
+    except AttributeError:  # no library (None), or one without these entry points
         return None
     u32, ptr = ctypes.c_uint, ctypes.c_void_p
     launch.argtypes = [ptr, u32, u32, u32, u32, u32, u32, u32, ptr, ptr, ptr]
@@ -195,9 +204,9 @@ _MAP_SWIZZLE_128B, _MAP_L2_PROMOTION_256B, _MAP_INTERLEAVE_NONE, _MAP_OOB_ZEROS 
 def _tensor_map_encoder() -> Any:
     """cuTensorMapEncodeTiled from libcuda: a host-side call, made whenever a tensor map's buffer is bound."""
     try:
-        encode = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1").cuTensorMapEncodeTiled
-    except (OSError, AttributeError) as exc:
-        raise BackendError(f"cuTensorMapEncodeTiled is not in this driver: {exc}") from None
+        encode = _libcuda().cuTensorMapEncodeTiled
+    except AttributeError:  # no library (None), or a driver older than CUDA 12
+        raise BackendError("cuTensorMapEncodeTiled is not in this driver (CUDA 12 or newer, sm_90)") from None
     u32, ptr = ctypes.c_uint32, ctypes.c_void_p
     encode.argtypes = [ptr, ctypes.c_int, u32, ptr, ptr, ptr, ptr, ptr, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int]

@@ -105,7 +105,7 @@ class PreparedPlan:
         backend = self.backend
         for step in self._steps:
             if isinstance(step, Memset):
-                backend.memset_async(self._pointers[step.buffer], step.byte, step.nbytes, stream)
+                backend.memset_async(self._pointers[step.buffer] + step.offset, step.byte, step.nbytes, stream)
             else:
                 s = step.step
                 if s.cooperative:

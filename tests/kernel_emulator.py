@@ -198,9 +198,10 @@ def run_plan(lib: ctypes.CDLL, plan: LaunchPlan, buffers: Mapping[str, np.ndarra
     for step in plan.steps:
         if isinstance(step, Memset):
             target = buffers[step.buffer].view(np.uint8).reshape(-1)
-            if step.nbytes > target.size:
-                raise KernelFault(f"memset of {step.nbytes} bytes on {step.buffer!r}, which has {target.size}")
-            target[: step.nbytes] = step.byte
+            if step.offset + step.nbytes > target.size:
+                raise KernelFault(f"memset of {step.nbytes} bytes from byte {step.offset} on {step.buffer!r}, "
+                                  f"which has {target.size}")
+            target[step.offset: step.offset + step.nbytes] = step.byte
             continue
         assert isinstance(step, Launch)
         if step.cooperative:

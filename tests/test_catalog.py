@@ -460,8 +460,9 @@ def plan_problems(inst: Instance, problem: ConvProblem, plan: LaunchPlan) -> lis
             used.add(step.buffer)
             if step.buffer not in sizes:
                 errors.append(f"memset of unknown buffer {step.buffer!r}")
-            elif not 0 < step.nbytes <= sizes[step.buffer]:
-                errors.append(f"memset of {step.nbytes} bytes on {step.buffer!r} of {sizes[step.buffer]}")
+            elif not (0 < step.nbytes and 0 <= step.offset and step.offset + step.nbytes <= sizes[step.buffer]):
+                errors.append(f"memset of {step.nbytes} bytes from byte {step.offset} on {step.buffer!r} of "
+                              f"{sizes[step.buffer]}")
             continue
         assert isinstance(step, Launch), f"unknown step {step!r}"
         where = f"{step.entry} grid {step.grid} block {step.block}"

@@ -139,11 +139,13 @@ def buffers_of(args: Sequence[LaunchArg]) -> list[Buf]:
 
 @dataclass(frozen=True)
 class Memset:
-    """Zero (or fill with a byte) a buffer on the stream before the kernels that accumulate into it."""
+    """Zero (or fill with a byte) a buffer on the stream before the kernels that accumulate into it:
+    `nbytes` from byte `offset` on (a plan's workspace holds several regions)."""
 
     buffer: str
     nbytes: int
     byte: int = 0
+    offset: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER as BWD_DATA
 from factory.ops.conv_bwd_data.wgmma import MIN_PRODUCTS
 from factory.ops.conv_bwd_weight import SOLVER
+from factory.ops.conv_bwd_weight.common import Reduction
 from factory.problem import DType, Layout
 from factory.selector import lookup
 from gpu_against_torch import check_every_instance, run_against_pytorch
@@ -40,9 +41,9 @@ PROBLEMS = [
     (L.NGCHW, D.BF16_FP32W, "N=2,G=1,C=7,K=9,input=5x7x9,filter=1x1x1"),
     (L.NGCHW, D.FP16, "N=1,G=1,C=200,K=88,input=7x7,filter=1x1"),
     (L.NGCHW_GKYXC, D.BF16, "N=16,G=3,C=16,K=24,input=14x14,filter=1x1"),
-    (L.NHWGC, D.BF16, "N=4,G=2,C=64,K=48,input=9x11,filter=1x1,alpha=0.5,beta=-1.5"),  # the output epilogue
-    (L.NGCHW, D.BF16_FP32W, "N=3,G=1,C=40,K=72,input=13x14,filter=1x1"),
-    (L.NGCHW, D.FP16, "N=2,G=1,C=7,K=12,input=8x6,filter=1x1"),  # odd C, positions in 8-element chunks
+    (L.NHWGC, D.BF16, "N=4,G=2,C=64,K=48,input=9x11,filter=1x1,alpha=0.5,beta=-1.5"),  # the epilogue where split
+    (L.NGCHW, D.BF16_FP32W, "N=3,G=1,C=40,K=72,input=13x14,filter=1x1"),  # tiles finish in the kernel (coop)
+    (L.NGCHW, D.FP16, "N=2,G=1,C=7,K=12,input=8x6,filter=1x1"),  # odd C: coop sums a column at a time
 ]
 SEED = 2611
 COUNT = 60
@@ -114,9 +115,9 @@ def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tupl
         ranked = sorted(mine, key=lambda c: -op_solver.heuristic_score(c.family, c.params, problem, target))
         by_tile = {}
         for c in ranked:  # the best-ranked point of each tile shape and chunk width, in place and on copies,
-            # with the threads' copies and with bulk tensor copies
+            # with the threads' copies and with bulk tensor copies, split tiles finished in the kernel or not
             by_tile.setdefault((c.params.block_m, c.params.block_n, c.params.vector_a, c.params.transpose,
-                                getattr(c.params, "tma", False)), c)
+                                getattr(c.params, "tma", False), getattr(c.params, "reduction", None) is Reduction.COOP), c)
         runs += [(problem, c) for c in by_tile.values()]
     ran, failures = run_against_pytorch(runs, gpu_backend, seed)
     failures = missing + failures

@@ -51,17 +51,23 @@ class Reduction(enum.Enum):
     ATOMIC = "atomic"  # atomics into an accumulator buffer (the output itself when it is fp32/int32 and the
     #                    epilogue is the identity)
     TWOSTAGE = "twostage"  # each split writes its partial to a workspace; a second kernel sums and converts
+    COOP = "coop"  # partials as two-stage, then the blocks of a tile meet in the same (cooperative) launch and
+    #                each sums and stores its share of the tile: no second kernel (meeting_launch)
 
     @property
     def mode(self) -> int:
-        return {"direct": 0, "atomic": 1, "twostage": 2}[self.value]
+        """How the main kernel stores (templates' REDUCE): coop's partials as two-stage's."""
+        return {"direct": 0, "atomic": 1, "twostage": 2, "coop": 2}[self.value]
 
 
-def check_split(split_k: int, reduction: Reduction) -> None:
+def check_split(split_k: int, reduction: Reduction, meets_in_kernel: bool = False) -> None:
+    """`meets_in_kernel`: the family's kernel finishes a COOP split itself (only those may list it)."""
     if split_k < 1:
         raise ValueError("split_k must be >= 1")
     if (split_k == 1) != (reduction is Reduction.DIRECT):
         raise ValueError("split_k 1 goes with the direct reduction, and only it")
+    if reduction is Reduction.COOP and not meets_in_kernel:
+        raise ValueError("the coop reduction needs a kernel that finishes its tiles itself (pw)")
 
 
 def check_lane_block(threads_lane: int, threads_pos: int, vector: int, split_k: int, reduction: Reduction) -> None:
@@ -115,7 +121,8 @@ class BwdWeightFamily(ConvFamily):
         `ep` to kf_splitk_store (templates/common/splitk.h), which applies it when REDUCE is 0."""
 
     def launch_plan(self, params: Any, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
-        """Memset (atomic), the main kernel, then kf_finalize when the result goes through a workspace.
+        """Memset (atomic), the main kernel, then kf_finalize when the result goes through a workspace;
+        under COOP the counters' memset and the main kernel alone (it finishes the sums itself).
 
         The output epilogue (alpha * dW + beta * D) is applied where each output element is finally
         stored: by the main kernel's store under the direct reduction, by kf_finalize otherwise. So an
@@ -147,13 +154,27 @@ class BwdWeightFamily(ConvFamily):
             workspace = staging_at + staged_bytes
         if red is Reduction.ATOMIC:
             steps.append(Memset(dst, wei_numel * acc_bytes))
-        steps.append(with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue))
+        main = with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue)
+        if red is Reduction.COOP:
+            # One arrival counter a tile (grid x by y), after every other region, zeroed before the launch.
+            counters_at = -(-workspace // STAGING_ALIGN) * STAGING_ALIGN
+            counters = MEETING_COUNTER_BYTES * main.grid[0] * main.grid[1]
+            steps.append(Memset("workspace", counters, offset=counters_at))
+            steps.append(self.meeting_launch(params, main, Buf("workspace", counters_at), Buf(OUTPUT)))
+            return LaunchPlan(tuple(steps), counters_at + counters)
+        steps.append(main)
         if dst == "workspace":
             n_sum = splits if red is Reduction.TWOSTAGE else 1
             grid, block = finalize_shape(wei_numel, n_sum)
             steps.append(Launch("kf_finalize", grid, block,
                                 (splitk_args("workspace", OUTPUT, wei_numel, n_sum, wei_numel), epilogue)))
         return LaunchPlan(tuple(steps), workspace)
+
+    def meeting_launch(self, params: Any, main: Launch, counters: Buf, output: Buf) -> Launch:
+        """The main launch of a COOP point: its kernel also takes the tiles' arrival counters and the output
+        (its conv struct's weight points at the partials), and runs cooperatively (its blocks wait for
+        each other). Only a family whose params accept COOP (check_split) has one."""
+        raise NotImplementedError(f"{type(self).__name__} does not finish split-K tiles in its kernel")
 
     def staging(self, params: Any, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
         """Launches that prepare the inputs in the workspace (from byte `at` on) before the main kernel,
@@ -177,6 +198,7 @@ class BwdWeightFamily(ConvFamily):
         return 0.05 if atomics_in_place else -0.05
 
 
+MEETING_COUNTER_BYTES = 4  # a tile's arrival counter under the coop reduction (common/grid_sync.h)
 FINALIZE_VECTOR = 4  # outputs a thread of kf_finalize (templates/common/splitk.h) sums on large weights
 FINALIZE_WIDE_FROM = 1 << 17  # weight elements from which it does (below, one a thread: the blocks are few)
 FINALIZE_SPLIT_ROWS = 8  # splits from which a block's 8 rows of threads share out the splits of 32 threads' outputs

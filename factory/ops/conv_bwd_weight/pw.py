@@ -56,7 +56,7 @@ class PwParams(StackedWarpgroups):
     index_bits = 64
 
     def __post_init__(self) -> None:
-        check_split(self.split_k, self.reduction)
+        check_split(self.split_k, self.reduction, meets_in_kernel=True)
         self.check_block()
         check_pipeline(self, self.threads)
         if self.tma and (self.vector_a, self.vector_b) != (TMA_VECTOR, TMA_VECTOR):
@@ -74,12 +74,15 @@ class PwParams(StackedWarpgroups):
 
     def template_values(self) -> dict[str, Any]:
         return ({**gemm_template_values(self, "wgmma"), "groups_m": self.groups_m, "tma": self.tma,
-                 "wgmma_overlap": self.tma} | transpose_values())
+                 "wgmma_overlap": self.tma, "coop": self.reduction is Reduction.COOP} | transpose_values())
 
 
+MEETING_ARGS_AT = 4  # kf_main's parameters before the coop ones: conv struct, epilogue, r_per_split, split_stride
 TMA_VECTOR = 8  # elements of a 16-byte unit: rows and group strides of whole units are what a tensor map takes
 TMA_BARRIER_BYTES = 16  # a stage's `full` and `empty` barriers each (common/tma.h: Bar)
 TMA_PRIOR_GAP = 0.5  # heuristic_score, doublings: bulk tensor copies below the threads' copies (see there)
+COOP_PRIOR = 0.1  # heuristic_score, doublings: the coop reduction against its two-stage twin (see there)
+COOP_PRIOR_SPLITS = 16  # ... above it up to this many splits, below it past them
 
 
 def row_maps(p: PwParams, problem: ConvProblem, args: Struct) -> tuple[TensorMap, TensorMap]:
@@ -130,7 +133,17 @@ class Pw(Wgmma):
         if p.tma and not reads_rows(p, problem):
             return ("bulk tensor copies read rows of channels: channels-last tensors, or NGCHW ones through "
                     "the transposing pass's copies")
+        if p.reduction is Reduction.COOP:
+            blocks = self.unsplit_blocks(p, problem) * p.split_k
+            if blocks > target.processors:
+                return (f"the coop reduction's blocks wait for each other, so all {blocks} must be resident: "
+                        f"at most one a multiprocessor, {target.processors}")
         return super().why_not_here(p, problem, target)
+
+    def meeting_launch(self, p: PwParams, main: Launch, counters: Buf, output: Buf) -> Launch:
+        """pw.hip.j2's kf_main takes the counters and the output after split_stride (before any tensor maps)."""
+        at = MEETING_ARGS_AT
+        return dataclasses.replace(main, args=(*main.args[:at], counters, output, *main.args[at:]), cooperative=True)
 
     def main_launch(self, p: PwParams, problem: ConvProblem, target: DeviceTarget, args: Struct,
                     wei_numel: int) -> Launch:
@@ -173,12 +186,22 @@ class Pw(Wgmma):
         doubling below: on the H100 the best of each ran within 0.91-1.07x of the other on twelve random
         pointwise layers (0.99x geomean; bench/NOTES.md 80), so the prior's pick and a budgeted tune's first
         candidates stay the points its terms were fitted on (with 0.01, near-twins of the first candidates
-        filled 188 of the first four places over 124 pointwise problems); a full tune still measures them."""
+        filled 188 of the first four places over 124 pointwise problems); a full tune still measures them. The coop
+        reduction: `coop_term`."""
         score = (super().heuristic_score(p, problem, target) + 1.0 + (0.02 if p.stages == 4 else 0.0)
-                 - (TMA_PRIOR_GAP if p.tma else 0.0))
+                 - (TMA_PRIOR_GAP if p.tma else 0.0) + self.coop_term(p))
         if p.transpose:
             return score - self.copy_cost(problem)
         return score if reads_rows(p, problem) else score - self.run_cost(p, problem)
+
+    def coop_term(self, p: PwParams) -> float:
+        """The coop reduction against the same point's two-stage split: on the H100, timed in alternating rounds,
+        0.92-0.98x its twin's time at 8-16 splits on six pointwise layers, 0.99-1.03x at 4 and 64 splits on four
+        (bench/NOTES.md 81). A tenth of a doubling either way: the twin keeps its place where the gain is not
+        measured."""
+        if p.reduction is not Reduction.COOP:
+            return 0.0
+        return COOP_PRIOR if p.split_k <= COOP_PRIOR_SPLITS else -COOP_PRIOR
 
     def copy_cost(self, problem: ConvProblem) -> float:
         """A transposing point against in-place runs that take chunks (an even run): 0.5 a doubling beyond the

@@ -41,8 +41,8 @@ PROBLEMS = [
     (L.NGCHW, D.BF16_FP32W, "N=2,G=1,C=7,K=9,input=5x7x9,filter=1x1x1"),
     (L.NGCHW, D.FP16, "N=1,G=1,C=200,K=88,input=7x7,filter=1x1"),
     (L.NGCHW_GKYXC, D.BF16, "N=16,G=3,C=16,K=24,input=14x14,filter=1x1"),
-    (L.NHWGC, D.BF16, "N=4,G=2,C=64,K=48,input=9x11,filter=1x1,alpha=0.5,beta=-1.5"),  # the epilogue where split
-    (L.NGCHW, D.BF16_FP32W, "N=3,G=1,C=40,K=72,input=13x14,filter=1x1"),  # tiles finish in the kernel (coop)
+    (L.NHWGC, D.BF16, "N=4,G=2,C=64,K=48,input=9x11,filter=1x1,alpha=0.5,beta=-1.5"),  # epilogue in coop's finish
+    (L.NGCHW, D.BF16_FP32W, "N=3,G=1,C=40,K=72,input=13x14,filter=1x1"),  # fp32 weights from coop's finish
     (L.NGCHW, D.FP16, "N=2,G=1,C=7,K=12,input=8x6,filter=1x1"),  # odd C: coop sums a column at a time
 ]
 SEED = 2611

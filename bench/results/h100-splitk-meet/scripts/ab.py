@@ -1,4 +1,4 @@
-"""Interleaved A/B: each round times every named instance (20 calls, L2 flushed, median); rounds alternate the
+"""Interleaved A/B (with --torch, PyTorch's op too, in the same rounds): each round times every named instance (20 calls, L2 flushed, median); rounds alternate the
 order; prints each instance's median over rounds and the ratios to the first. stdin: layout|dtype|spec|inst,inst..."""
 import sys, statistics, torch
 from factory.api import SelectMode, select
@@ -21,12 +21,18 @@ for line in sys.stdin:
     ts = {s.name: torch.empty(s.shape, dtype=T[s.scalar.numpy_name], device="cuda").uniform_(-1, 1) for s in solver.tensors(problem)}
     prefix = f"conv_bwd_weight_{problem.ndim}d_{layout}_{dtype}_pw_"
     ks = [select(problem, mode=SelectMode.FORCE, instance=prefix + n) for n in names.split(",")]
-    for k in ks:
-        for _ in range(5): k.run(**ts)
-    rounds = {i: [] for i in range(len(ks))}
+    runs = [lambda k=k: k.run(**ts) for k in ks]
+    if "--torch" in sys.argv:
+        torch.backends.cudnn.benchmark = True
+        baseline = solver.torch_baseline(problem, {s.name: ts[s.name] for s in solver.tensors(problem) if s.role.value == "input"})
+        names += ",pytorch"
+        runs.append(baseline.run)
+    for run in runs:
+        for _ in range(5): run()
+    rounds = {i: [] for i in range(len(runs))}
     for r in range(6):
-        order = list(range(len(ks))) if r % 2 == 0 else list(reversed(range(len(ks))))
+        order = list(range(len(runs))) if r % 2 == 0 else list(reversed(range(len(runs))))
         for i in order:
-            rounds[i].append(timed(lambda: ks[i].run(**ts)))
-    med = [statistics.median(rounds[i]) for i in range(len(ks))]
+            rounds[i].append(timed(runs[i]))
+    med = [statistics.median(rounds[i]) for i in range(len(runs))]
     print(f"{layout} {dtype} {spec}: " + ", ".join(f"{n} {m:.2f} us ({m / med[0]:.3f})" for n, m in zip(names.split(","), med)), flush=True)

@@ -89,3 +89,48 @@ __device__ __forceinline__ void kf_splitk_finalize(const kf_splitk_args& s, cons
   if (s.total >= KF_FINALIZE_WIDE_FROM) kf_splitk_finalize_by<ACC, TW, KF_FINALIZE_VECTOR>(s, ep);
   else kf_splitk_finalize_by<ACC, TW, 1>(s, ep);
 }
+{% if grid_finish %}
+
+// The coop reduction of families whose tiles do not meet on their own (grid_finish): once every block of
+// the launch has stored its split's partials (they meet at one counter: a cooperative launch, all
+// resident), the launch's threads share out the outputs, each summing every split of its four consecutive
+// ones in split order (the order never depends on scheduling) and storing them through the epilogue:
+// kf_finalize's work, with no second launch. Reads go to L2 (kf_load_l2), past a stale L1.
+template <typename ACC> __device__ __forceinline__ ACC kf_acc_of_word(float w) { return w; }
+template <> __device__ __forceinline__ int kf_acc_of_word<int>(float w) { return __float_as_int(w); }
+
+template <typename ACC, typename TW, int THREADS>
+__device__ __forceinline__ void kf_splitk_finish_in_grid(const kf_splitk_args& s, const kf_epilogue& ep,
+                                                         unsigned int* counter) {
+  static_assert(sizeof(ACC) == sizeof(float), "partials move as 32-bit words");
+  const unsigned int blocks = gridDim.x * gridDim.y * gridDim.z;
+  kf_grid_sync(counter, blocks);
+  const long long block = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+  const long long stride = (long long)blocks * THREADS;
+  const float* const ws = static_cast<const float*>(s.ws);
+  TW* const dst = static_cast<TW*>(s.dst);
+  // Four outputs a thread, one 16-byte load a split: a coop point's weight is a multiple of four elements
+  // (conv_bwd_weight/common.py: coop_refusal).
+  for (long long first = (block * THREADS + threadIdx.x) * 4; first < s.total; first += stride * 4) {
+    ACC sum[4] = {0, 0, 0, 0};
+    int k = 0;
+    for (; k + 4 <= s.splits; k += 4) {  // four loads in flight before any is summed
+      kf_vec<float, 4> v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = kf_load_l2<4>(ws + (long long)(k + j) * s.split_stride + first);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[e] += kf_acc_of_word<ACC>(v[j].v[e]);
+    }
+    for (; k < s.splits; ++k) {
+      const kf_vec<float, 4> v = kf_load_l2<4>(ws + (long long)k * s.split_stride + first);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[e] += kf_acc_of_word<ACC>(v.v[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dst[first + e] = kf_store_acc<TW, ACC>(kf_epilogue_apply<TW, ACC>(ep, first + e, sum[e]));
+  }
+}
+{% endif %}

@@ -9,7 +9,7 @@ import dataclasses
 import enum
 import math
 from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, Scalar
@@ -67,7 +67,7 @@ def check_split(split_k: int, reduction: Reduction, meets_in_kernel: bool = Fals
     if (split_k == 1) != (reduction is Reduction.DIRECT):
         raise ValueError("split_k 1 goes with the direct reduction, and only it")
     if reduction is Reduction.COOP and not meets_in_kernel:
-        raise ValueError("the coop reduction needs a kernel that finishes its tiles itself (pw)")
+        raise ValueError("the coop reduction needs a kernel that finishes its split sums itself (pw, wgmma, gwl)")
 
 
 def check_lane_block(threads_lane: int, threads_pos: int, vector: int, split_k: int, reduction: Reduction) -> None:
@@ -100,8 +100,13 @@ class BwdWeightFamily(ConvFamily):
     def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
         return ALL_CELLS
 
+    # Whether a COOP point's kernel finishes through kf_splitk_finish_in_grid (templates/common/splitk.h):
+    # every block of the launch meets at one counter, then they share out kf_finalize's sums.
+    finishes_in_grid: ClassVar[bool] = False
+
     def template_values(self, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
         values = dict(params.template_values()) | self.operand_types(dtype) | {"tw": cpp_type(dtype.weight)}
+        values["grid_finish"] = self.finishes_in_grid and getattr(params, "reduction", None) is Reduction.COOP
         finalize = {"finalize_vector": FINALIZE_VECTOR, "finalize_split_rows": FINALIZE_SPLIT_ROWS,
                     "finalize_wide_from": FINALIZE_WIDE_FROM}
         return values | finalize | self.layout_values(layout)
@@ -173,8 +178,11 @@ class BwdWeightFamily(ConvFamily):
     def meeting_launch(self, params: Any, main: Launch, counters: Buf, output: Buf) -> Launch:
         """The main launch of a COOP point: its kernel also takes the tiles' arrival counters and the output
         (its conv struct's weight points at the partials), and runs cooperatively (its blocks wait for
-        each other). Only a family whose params accept COOP (check_split) has one."""
-        raise NotImplementedError(f"{type(self).__name__} does not finish split-K tiles in its kernel")
+        each other). Only a family whose params accept COOP (check_split) has one: those that finish in the
+        grid take the two after their own parameters (the first counter serves the whole launch)."""
+        if not self.finishes_in_grid:
+            raise NotImplementedError(f"{type(self).__name__} does not finish split-K tiles in its kernel")
+        return dataclasses.replace(main, args=(*main.args, counters, output), cooperative=True)
 
     def staging(self, params: Any, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
         """Launches that prepare the inputs in the workspace (from byte `at` on) before the main kernel,
@@ -198,6 +206,28 @@ class BwdWeightFamily(ConvFamily):
         return 0.05 if atomics_in_place else -0.05
 
 
+def coop_residency_refusal(blocks: int, target: DeviceTarget) -> str | None:
+    """Why a coop point cannot run: its blocks wait for each other, so all must be resident at once; one
+    a multiprocessor is what every family's block is sure to get (the driver refuses a cooperative launch
+    past its own count)."""
+    if blocks > target.processors:
+        return (f"the coop reduction's blocks wait for each other, so all {blocks} must be resident: "
+                f"at most one a multiprocessor, {target.processors}")
+    return None
+
+
+def grid_finish_refusal(p: Any, blocks: int, problem: ConvProblem, target: DeviceTarget) -> str | None:
+    """Why a coop point of a family that finishes in the grid (kf_splitk_finish_in_grid) cannot serve: its
+    blocks' residency, or a weight that is not whole groups of four outputs (a thread sums four)."""
+    if p.reduction is not Reduction.COOP:
+        return None
+    weight = math.prod(problem.weight_shape_logical)
+    if weight % GRID_FINISH_OUTPUTS:
+        return f"the coop reduction's threads sum {GRID_FINISH_OUTPUTS} outputs each; the weight has {weight}"
+    return coop_residency_refusal(blocks, target)
+
+
+GRID_FINISH_OUTPUTS = 4  # consecutive outputs a thread of kf_splitk_finish_in_grid sums
 MEETING_COUNTER_BYTES = 4  # a tile's arrival counter under the coop reduction (common/grid_sync.h)
 FINALIZE_VECTOR = 4  # outputs a thread of kf_finalize (templates/common/splitk.h) sums on large weights
 FINALIZE_WIDE_FROM = 1 << 17  # weight elements from which it does (below, one a thread: the blocks are few)

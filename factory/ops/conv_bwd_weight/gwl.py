@@ -33,7 +33,7 @@ from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
 from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
 from ..conv.transpose import transpose_values
-from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, split_items_refusal
+from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, grid_finish_refusal, split_items_refusal
 from .staged import staged_conv_args, staging_launches
 
 CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
@@ -76,7 +76,7 @@ class GwlParams:
     channels: str  # the compiled-in C and K per group, c<C>k<K>
 
     def __post_init__(self) -> None:
-        check_split(self.split_k, self.reduction)
+        check_split(self.split_k, self.reduction, meets_in_kernel=True)
         if self.groups not in (1, 2, 4, 8) or self.tiles not in TILES:
             raise ValueError(f"groups {self.groups} must be 1, 2, 4 or 8 and tiles {self.tiles} one of {TILES}")
         if not (1 <= self.rows <= 16 and self.cols in (16, 32, 64)):
@@ -189,6 +189,7 @@ def plane_cover(p: GwlParams, problem: ConvProblem) -> float:
 class Gwl(CompiledShape, BwdWeightFamily):
     name = "gwl"
     template = "conv_bwd_weight/gwl.hip.j2"
+    finishes_in_grid = True  # coop: kf_splitk_finish_in_grid after the walk's partials
     params_type = GwlParams
     suffix_re = _SUFFIX_RE
     description = ("grouped, C and K multiples of 8 up to 64, 1-D/2-D, mma.sync (NGCHW copied channels-last first): "
@@ -249,6 +250,9 @@ class Gwl(CompiledShape, BwdWeightFamily):
         if p.reduction is Reduction.ATOMIC and problem.dtype.weight is not Scalar.F32:
             return ("atomics on a 16-bit weight gradient go through a workspace and a finishing pass (two-stage "
                     "points were the faster on every problem measured, bench/NOTES.md 71)")
+        refusal = grid_finish_refusal(p, chunks_of(p, problem) * p.split_k, problem, target)
+        if refusal:
+            return refusal
         if p.accumulators() > MAX_ACC:
             return (f"{p.m_tiles()} x {p.tiles_a_warp()} accumulator tiles a warp ({p.accumulators()} registers a "
                     f"lane) pass the budget of {MAX_ACC}")

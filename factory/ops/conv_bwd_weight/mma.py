@@ -21,7 +21,8 @@ from ..conv import INT32_LIMIT, geometry_ints, too_large
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
 from ..conv.transpose import transpose_values
-from .common import ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split, reduction_length
+from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split,
+                     grid_finish_refusal, reduction_length)
 from .split_model import GEMM_SPLITS
 from .staged import staged_conv_args, staging_launches
 
@@ -180,6 +181,8 @@ class Mma(BwdWeightFamily):
         chunks = self.reduction_stages(p, problem)
         if p.split_k > chunks:
             return f"split-K {p.split_k} exceeds the {chunks} reduction chunks of this problem"
+        if self.finishes_in_grid:
+            return grid_finish_refusal(p, self.unsplit_blocks(p, problem) * p.split_k, problem, target)
         return None
 
     def chunks_why_not(self, p: MmaParams, problem: ConvProblem) -> str | None:

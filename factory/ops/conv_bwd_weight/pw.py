@@ -27,7 +27,7 @@ from ..base import I32, Buf, Launch, Struct, TensorMap
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
 from ..conv.warpgroups import OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
-from .common import BwdWeightFamily, Reduction, check_split
+from .common import BwdWeightFamily, Reduction, check_split, coop_residency_refusal
 from .mma import gemm_template_values, staging_fits_layout
 from .wgmma import CELLS as WGMMA_CELLS
 from .wgmma import Wgmma
@@ -108,6 +108,7 @@ def row_maps(p: PwParams, problem: ConvProblem, args: Struct) -> tuple[TensorMap
 class Pw(Wgmma):
     name = "pw"
     template = "conv_bwd_weight/pw.hip.j2"
+    finishes_in_grid = False  # the blocks of a tile meet and finish it themselves (finish_tile in the template)
     params_type = PwParams
     description = ("pointwise (1x1, stride 1, unpadded) layers as a plain GEMM: output positions streamed "
                    "straight from the tensors into wgmma tiles (sm_90a), as rows (channels-last) or as "
@@ -134,10 +135,9 @@ class Pw(Wgmma):
             return ("bulk tensor copies read rows of channels: channels-last tensors, or NGCHW ones through "
                     "the transposing pass's copies")
         if p.reduction is Reduction.COOP:
-            blocks = self.unsplit_blocks(p, problem) * p.split_k
-            if blocks > target.processors:
-                return (f"the coop reduction's blocks wait for each other, so all {blocks} must be resident: "
-                        f"at most one a multiprocessor, {target.processors}")
+            refusal = coop_residency_refusal(self.unsplit_blocks(p, problem) * p.split_k, target)
+            if refusal:
+                return refusal
         return super().why_not_here(p, problem, target)
 
     def meeting_launch(self, p: PwParams, main: Launch, counters: Buf, output: Buf) -> Launch:

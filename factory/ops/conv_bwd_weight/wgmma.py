@@ -44,7 +44,7 @@ class WgmmaParams:
     groups_per_tile: int = 1  # groups side by side in a block's GEMM (only the diagonal is stored)
 
     def __post_init__(self) -> None:
-        check_split(self.split_k, self.reduction)
+        check_split(self.split_k, self.reduction, meets_in_kernel=True)
         if self.index_bits not in (32, 64):
             raise ValueError(f"index_bits must be 32 or 64, not {self.index_bits}")
         if self.block_m != GROUP_ROWS * self.groups_m:
@@ -86,6 +86,7 @@ class WgmmaParams:
 class Wgmma(WgmmaRules, Mma):
     name = "wgmma"
     params_type = WgmmaParams
+    finishes_in_grid = True  # coop: kf_splitk_finish_in_grid after the tile's partials (mma.hip.j2)
     description = ("implicit GEMM on Hopper warpgroup MMA (wgmma, sm_90a): fp16/bf16, channels-last or through the "
                    "NGCHW transposing pass; split-K; slices; groups per tile")
 

@@ -52,9 +52,9 @@ def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int
     return ran, failures
 
 
-def check_every_instance(family: str, problem: Any, backend: Any) -> None:
-    """Every applicable instance of `family` on `problem` through the tuner (outputs poisoned, every
-    element checked against the numpy reference); skips when the family has none for it."""
+def check_every_instance(family: str, problem: Any, backend: Any, keep: Callable[[Any], bool] = lambda i: True) -> None:
+    """Every applicable instance of `family` on `problem` (those `keep` takes) through the tuner (outputs
+    poisoned, every element checked against the numpy reference); skips when the family has none for it."""
     import pytest
 
     from factory.device import target_for
@@ -63,7 +63,7 @@ def check_every_instance(family: str, problem: Any, backend: Any) -> None:
 
     everything = lookup(problem, target=target_for(backend.device_info()))
     assert everything, "no instance applies"
-    candidates = [i for i in everything if i.family == family]
+    candidates = [i for i in everything if i.family == family and keep(i)]
     if not candidates:
         pytest.skip(f"no {family} instance applies")
     measurements = tune(problem, candidates, backend, TuneSettings(reps=3, warmup=1))

@@ -295,7 +295,7 @@ def test_cases_reach_every_family_reduction_layout_dtype_and_rank(picked: dict[s
     for family in families:
         for reduction in Reduction:
             if reduction is Reduction.COOP:  # a cooperative launch, which the emulator cannot run (one block at
-                continue  # a time): tests/test_gpu_pointwise.py runs every coop point on the GPU
+                continue  # a time): tests/test_gpu_pointwise.py and test_gpu_coop_grid_finish.py run every coop point on the GPU
             exists = any(i.family == family and i.params.reduction is reduction for i in _catalog())
             assert not exists or (family, reduction) in seen, f"no case runs {family} with {reduction.value}"
         cells = {(picked[c.id].layout, picked[c.id].dtype, picked[c.id].ndim) for c in CASES if c.family == family}

@@ -293,7 +293,7 @@ def test_cases_reach_every_family_and_reduction_with_scale_and_bilinear() -> Non
     for family in SOLVER.families:
         for reduction in Reduction:
             if reduction is Reduction.COOP:  # a cooperative launch, which the emulator cannot run (one block at a
-                continue  # time): tests/test_gpu_pointwise.py runs coop points on an epilogue problem
+                continue  # time): tests/test_gpu_pointwise.py and test_gpu_coop_grid_finish.py run coop points on epilogue problems
             if any(i.family == family and i.params.reduction is reduction for i in catalog):
                 assert {(family, reduction, False), (family, reduction, True)} <= have, (family, reduction)
     assert all(c.problem.has_epilogue for c in CASES)

@@ -18,7 +18,7 @@ from factory.codegen import render
 from factory.device import DEFAULT_TARGET
 from factory.ops.base import Buf, Launch, Memset
 from factory.ops.conv_bwd_weight import SOLVER
-from factory.ops.conv_bwd_weight.common import STAGING_ALIGN, Reduction
+from factory.ops.conv_bwd_weight.common import STAGING_ALIGN, Reduction, grid_finish_refusal
 from factory.ops.conv_bwd_weight.mma import MmaParams
 from factory.ops.conv_bwd_weight.wgmma import WgmmaParams
 from factory.problem import DType, Layout
@@ -108,3 +108,13 @@ def test_prior_puts_coop_above_its_twin_up_to_16_splits(splits: int, coop_first:
                                                                Layout.NHWGC, DType.FP16), DEFAULT_TARGET)
               for red in ("coop", "twostage")}
     assert (scores["coop"] > scores["twostage"]) is coop_first
+
+
+def test_grid_finish_refuses_a_weight_that_is_not_whole_fours() -> None:
+    """The finish sums four consecutive outputs a thread (16-byte loads of every split's slice)."""
+    coop = instance_by_name(R2PLUS1D_WGMMA + "coop").params
+    odd = SOLVER.parse_problem("N=2,G=1,C=7,K=9,input=9x9,filter=1x1", Layout.NHWGC, DType.FP16)  # 63 outputs
+    assert "the weight has 63" in (grid_finish_refusal(coop, 1, odd, DEFAULT_TARGET) or "")
+    assert grid_finish_refusal(coop, 1, R2PLUS1D, DEFAULT_TARGET) is None
+    twin = instance_by_name(R2PLUS1D_WGMMA + "twostage").params
+    assert grid_finish_refusal(twin, 10_000, odd, DEFAULT_TARGET) is None  # only coop points meet

@@ -75,7 +75,7 @@ def test_grid_finish_plan_appends_the_counter_and_output_and_drops_kf_finalize()
     assert main.grid == (3, 1, 32)  # 64 rows x 3 column tiles of 64 (C x 3 taps), 32 splits
     partials = 4 * 64 * 64 * 3 * 32
     counters_at = -(-partials // STAGING_ALIGN) * STAGING_ALIGN
-    assert (memset.offset, memset.nbytes) == (counters_at, 4 * 3)
+    assert (memset.offset, memset.nbytes) == (counters_at, 4)  # one counter for the whole launch
     # kf_main(conv, epilogue, r_per_split, split_stride, counter, output): the finish's two come last.
     assert main.args[0]["wei"] == Buf("workspace") and len(main.args) == 6
     assert main.args[4:] == (Buf("workspace", counters_at), Buf("grad_weight"))

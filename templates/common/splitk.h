@@ -110,7 +110,7 @@ __device__ __forceinline__ void kf_splitk_finish_in_grid(const kf_splitk_args& s
   const float* const ws = static_cast<const float*>(s.ws);
   TW* const dst = static_cast<TW*>(s.dst);
   // Four outputs a thread, one 16-byte load a split: a coop point's weight is a multiple of four elements
-  // (conv_bwd_weight/common.py: coop_refusal).
+  // (conv_bwd_weight/common.py: grid_finish_refusal).
   for (long long first = (block * THREADS + threadIdx.x) * 4; first < s.total; first += stride * 4) {
     ACC sum[4] = {0, 0, 0, 0};
     int k = 0;

@@ -161,9 +161,10 @@ class BwdWeightFamily(ConvFamily):
             steps.append(Memset(dst, wei_numel * acc_bytes))
         main = with_epilogue(self.main_launch(params, problem, target, args, wei_numel), args, epilogue)
         if red is Reduction.COOP:
-            # One arrival counter a tile (grid x by y), after every other region, zeroed before the launch.
+            # One arrival counter a tile (grid x by y; one for the launch where it finishes in the grid), after
+            # every other region, zeroed before the launch.
             counters_at = -(-workspace // STAGING_ALIGN) * STAGING_ALIGN
-            counters = MEETING_COUNTER_BYTES * main.grid[0] * main.grid[1]
+            counters = MEETING_COUNTER_BYTES * (1 if self.finishes_in_grid else main.grid[0] * main.grid[1])
             steps.append(Memset("workspace", counters, offset=counters_at))
             steps.append(self.meeting_launch(params, main, Buf("workspace", counters_at), Buf(OUTPUT)))
             return LaunchPlan(tuple(steps), counters_at + counters)

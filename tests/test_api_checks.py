@@ -66,6 +66,9 @@ class FakeBackend:
     def launch_prepared(self, kernel, grid, block, prepared, shared_bytes=0, stream=0) -> None:
         self.launches.append((kernel, abi.flatten(prepared), stream))
 
+    def launch_cooperative(self, kernel, grid, block, prepared, shared_bytes=0, stream=0) -> None:
+        self.launches.append((kernel, abi.flatten(prepared), stream))  # plans whose blocks meet (coop, resident)
+
     def memset_async(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
         self.memsets.append((ptr, byte, nbytes, stream))
 
@@ -262,8 +265,10 @@ def test_run_launches_on_channels_last_tensors(kernel, backend, host_tensors_as_
     assert {stream for _, _, stream in backend.launches} == {7}
     main_args = backend.launches[0][1]
     assert main_args[:2] == (tensors["input"].data_ptr(), tensors["grad_output"].data_ptr())
-    if any(isinstance(s, Memset) for s in kernel.plan.steps):  # atomic split-K into a workspace
-        assert backend.memsets and backend.memsets[0][0] == 0x7000_1000 and backend.allocs == [kernel.plan.workspace_bytes]
+    memsets = [s for s in kernel.plan.steps if isinstance(s, Memset)]
+    if memsets:  # atomic split-K's accumulator, or the coop reduction's counters, in the workspace
+        assert [ptr for ptr, _, _, _ in backend.memsets] == [0x7000_1000 + m.offset for m in memsets]
+        assert backend.allocs == [kernel.plan.workspace_bytes]
 
 
 def test_run_takes_the_current_stream_once_and_refuses_tensors_on_two_gpus(kernel, backend, monkeypatch):
@@ -434,8 +439,8 @@ def test_run_pointers_binds_every_launch(kernel, backend):
     for (entry, values, stream), step in zip(backend.launches, launches):
         assert entry == step.entry and stream == 3
         for value, arg in zip(values, abi.flatten_args(step.args), strict=True):
-            if hasattr(arg, "name"):
-                assert value == {**GOOD, "workspace": kernel.workspace(3)}[arg.name]
+            if hasattr(arg, "name"):  # a buffer, at its offset (coop's counters lie past the partials)
+                assert value == {**GOOD, "workspace": kernel.workspace(3)}[arg.name] + getattr(arg, "offset", 0)
     # The same kernel runs again on new buffers.
     moved = {name: ptr + 0x10_0000 for name, ptr in GOOD.items()}
     kernel.run_pointers(moved)

@@ -304,8 +304,9 @@ GWL_ONE_TAP = 9.0
 
 
 def partials_share(p: GwlParams, problem: ConvProblem) -> float:
-    """Bytes of split-K partials (two-stage: written, then read) over the bytes of the input and the gradient."""
-    if p.reduction is not Reduction.TWOSTAGE:
+    """Bytes of split-K partials (two-stage and coop: written, then read) over the bytes of the input and the
+    gradient."""
+    if p.reduction not in (Reduction.TWOSTAGE, Reduction.COOP):
         return 0.0
     elements = math.prod(problem.input) * problem.G * problem.C + math.prod(problem.output) * problem.G * problem.K
     return p.split_k * math.prod(problem.weight_shape_logical) * 4 / (problem.N * elements * problem.dtype.tensor.nbytes)

@@ -96,13 +96,10 @@ __device__ __forceinline__ void kf_splitk_finalize(const kf_splitk_args& s, cons
 // resident), the launch's threads share out the outputs, each summing every split of its four consecutive
 // ones in split order (the order never depends on scheduling) and storing them through the epilogue:
 // kf_finalize's work, with no second launch. Reads go to L2 (kf_load_l2), past a stale L1.
-template <typename ACC> __device__ __forceinline__ ACC kf_acc_of_word(float w) { return w; }
-template <> __device__ __forceinline__ int kf_acc_of_word<int>(float w) { return __float_as_int(w); }
-
 template <typename ACC, typename TW, int THREADS>
 __device__ __forceinline__ void kf_splitk_finish_in_grid(const kf_splitk_args& s, const kf_epilogue& ep,
                                                          unsigned int* counter) {
-  static_assert(sizeof(ACC) == sizeof(float), "partials move as 32-bit words");
+  static_assert(sizeof(ACC) == sizeof(float) && ACC(0.5f) != ACC(0), "fp32 partials (the families that finish here)");
   const unsigned int blocks = gridDim.x * gridDim.y * gridDim.z;
   kf_grid_sync(counter, blocks);
   const long long block = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
@@ -121,12 +118,12 @@ __device__ __forceinline__ void kf_splitk_finish_in_grid(const kf_splitk_args& s
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sum[e] += kf_acc_of_word<ACC>(v[j].v[e]);
+        for (int e = 0; e < 4; ++e) sum[e] += v[j].v[e];
     }
     for (; k < s.splits; ++k) {
       const kf_vec<float, 4> v = kf_load_l2<4>(ws + (long long)k * s.split_stride + first);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sum[e] += kf_acc_of_word<ACC>(v.v[e]);
+      for (int e = 0; e < 4; ++e) sum[e] += v.v[e];
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e)

@@ -30,6 +30,7 @@ from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv import output_tiles
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
+from ..conv.channels import parse_channels, spell_channels
 from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
 from ..conv.transpose import transpose_values
@@ -44,19 +45,6 @@ MAX_ACC = 96  # accumulator registers a lane
 MAX_THREADS = 512
 CHANNELS_MAX = 64
 TILES = (4, 6, 9, 18)  # column tiles a warp, at most: the values a point may take
-_CHANNELS_RE = re.compile(r"c(?P<c>\d+)k(?P<k>\d+)")
-
-
-def spell_channels(c: int, k: int) -> str:
-    return f"c{c}k{k}"
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_channels(text: str) -> tuple[int, int] | None:
-    match = _CHANNELS_RE.fullmatch(text)
-    return (int(match["c"]), int(match["k"])) if match else None
-
-
 def positions_a_step(element_bytes: int) -> int:
     """Output positions one matrix instruction sums over (its reduction depth): 16 on 16-bit operands,
     8 on fp32 (TF32 m16n8k8, three times)."""

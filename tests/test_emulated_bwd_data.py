@@ -255,6 +255,23 @@ CASES = [
          lambda p: p.cv == 4 and p.across == 8),
     Case("dwc-nhwgc-fp16-1d-s2", "dwc", L.NHWGC, D.FP16, "N=3,G=24,C=1,K=1,input=300,filter=7,stride=2,pad=3",
          lambda p: p.cv == 8 and p.across == 32 and p.run == 4),
+    # gwl: grouped at stride 1, a chunk's weights and each tile's grad_output window in shared memory. G not a
+    # multiple of the chunk, tiles past the plane both ways (and below, walks of every tile a block), K not a
+    # multiple of a matrix step (zeros past K), dilation and asymmetric padding, fp32's three TF32 products,
+    # 1-D, GNHWC, and NGCHW / NGCHW_GKYXC through the transposing pass.
+    Case("gwl-nhwgc-fp16-2d-walk", "gwl", L.NHWGC, D.FP16, "N=5,G=3,C=16,K=16,input=13x21,filter=3x3,pad=1",
+         lambda p: p.groups == 2 and p.rows == 2 and p.cols == 16 and p.walkers == 64 and p.warp_tiles == 1 and p.stages == 3),
+    Case("gwl-gnhwc-bf16-2d-k24-d2-asym", "gwl", L.GNHWC, D.BF16,
+         "N=2,G=2,C=8,K=24,input=11x19,filter=3x5,pad_left=2x1,pad_right=1x3,dilation=2x1",
+         lambda p: p.groups == 1 and p.rows == 4 and p.cols == 16 and p.warp_tiles == 2),
+    Case("gwl-nhwgc-fp32-2d-c24", "gwl", L.NHWGC, D.FP32, "N=2,G=3,C=24,K=16,input=9x9,filter=3x3,pad=1",
+         lambda p: p.groups == 4 and p.rows == 2 and p.cols == 16 and p.stages == 2),
+    Case("gwl-nhwgc-bf16-1d-f7", "gwl", L.NHWGC, D.BF16, "N=3,G=4,C=32,K=8,input=150,filter=7,pad=3",
+         lambda p: p.groups == 2 and p.cols == 64 and p.warp_tiles == 2),
+    Case("gwl-ngchw-fp16-2d-transposed", "gwl", L.NGCHW, D.FP16, "N=3,G=3,C=8,K=16,input=13x11,filter=3x3,pad=1",
+         lambda p: p.groups == 1 and p.rows == 4 and p.cols == 16),
+    Case("gwl-gkyxc-fp32-1d-transposed", "gwl", L.NGCHW_GKYXC, D.FP32, "N=2,G=2,C=16,K=8,input=70,filter=5,pad=2,dilation=2",
+         lambda p: p.groups == 1 and p.cols == 32),
     # mfma: the same template with AMD's 64-lane MFMA layout, picked for gfx90a.
     Case("mfma-nhwgc-fp16-2d-s2", "mfma", L.NHWGC, D.FP16, "N=2,G=2,C=16,K=24,input=11x9,filter=3x3,stride=2,pad=1",
          lambda p: p.vector_a == 8),
@@ -363,3 +380,22 @@ def test_emulator_catches_a_broken_launch_plan(case_id: str, breakage: Callable[
     monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: breakage(right(i, p)))
     verdict = kernel_emulator.check_instance(inst, case.problem)
     assert not verdict.ok and "not finite" in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("walkers", [1, 2])
+@pytest.mark.parametrize("case_id", [c.id for c in CASES if c.family == "gwl"])
+def test_gwl_blocks_walk_every_tile_on_any_grid(case_id: str, walkers: int, picked: dict[str, Instance],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """gwl's blocks walk a chunk's tiles gridDim.y apart, stages ahead: one or two blocks a chunk walk them all
+    (the catalog's grids, sized to the GPU, give a small problem few tiles a block)."""
+    case = next(c for c in CASES if c.id == case_id)
+    inst = picked[case_id]
+    right = kernel_emulator._plan
+
+    def grid_of(plan: Any) -> Any:
+        steps = tuple(dataclasses.replace(s, grid=(s.grid[0], walkers, 1)) if isinstance(s, Launch) and s.entry == "kf_main"
+                      else s for s in plan.steps)
+        return dataclasses.replace(plan, steps=steps)
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: grid_of(right(i, p)))
+    verdict = kernel_emulator.check_instance(inst, case.problem, seed=walkers)
+    assert verdict.ok, f"{inst.name} on {case.spec} with {walkers} blocks a chunk: {verdict.message}"

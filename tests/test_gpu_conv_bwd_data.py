@@ -41,6 +41,9 @@ PROBLEMS = [
     (L.NGCHW, D.FP16, "N=3,G=2,C=48,K=40,input=10x12,filter=1x1"),  # pointwise NGKHW: chunks along positions
     (L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=64,K=32,input=100,filter=1"),
     (L.NHWGC, D.BF16, "N=8,G=14,C=24,K=24,input=28x28,filter=3x3,pad=1"),
+    # gwl: grouped stride-1 layers with C, K up to 64 (GNHWC with K = 8; NGCHW through the transposing pass, 1-D).
+    (L.GNHWC, D.FP16, "N=3,G=5,C=16,K=8,input=19x13,filter=3x3,pad=1,dilation=2"),
+    (L.NGCHW, D.FP32, "N=2,G=3,C=24,K=16,input=77,filter=5,pad_left=1,pad_right=3"),
     (L.NGCHW, D.INT8, "N=2,G=4,C=2,K=2,input=5x6x7,filter=3x1x1,pad=1x0x0"),
     (L.NHWGC, D.FP16, "N=2,G=1,C=8,K=8,input=9x9,filter=3x3,stride=2,pad_left=0,pad_right=1"),
     (L.NGCHW_GKYXC, D.FP16, "N=1,G=3,C=5,K=7,input=5x6x7,filter=2x2x2,stride=2,pad=0"),
@@ -135,8 +138,9 @@ def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1,
     return drawn
 
 
-# `pw` serves pointwise layers only: its random problems are tests/test_gpu_pointwise.py's.
-@pytest.mark.parametrize("family", sorted(f for f in SOLVER.families if f != "pw"))
+# `pw` serves pointwise layers only, `gwl` grouped stride-1 ones: their random problems are
+# tests/test_gpu_pointwise.py's and tests/test_gpu_gwl_bwd_data_random.py's.
+@pytest.mark.parametrize("family", sorted(f for f in SOLVER.families if f not in ("pw", "gwl")))
 def test_families_match_pytorch_on_random_problems(family, gpu_backend):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

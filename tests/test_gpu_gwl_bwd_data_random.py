@@ -1,0 +1,71 @@
+"""On a GPU: backward-data `gwl` (grouped at stride 1, weights and windows in shared memory) against PyTorch
+(cuDNN) on 60 seeded random grouped shapes it serves.
+
+Shapes: C and K per group drawn from 8-64 (multiples of 8, K not always a multiple of 16), G 1-40, 1-D
+filters of 2-31 taps and 2-D k x l up to 7 x 7, dilation 1-2, symmetric and asymmetric padding, N 1-12,
+spatial sizes that are multiples of nothing, NHWGC, GNHWC, and NGCHW and NGCHW_GKYXC (through the
+transposing pass), fp16, bf16, fp32. For each, the instance the heuristic ranks first, the one with the
+fewest walkers, and the best-ranked of each stage count run through Kernel.run on PyTorch tensors (outputs
+poisoned first) and must agree with aten.convolution_backward as `kfactory bench` requires."""
+
+import numpy as np
+import pytest
+
+from factory.device import target_for
+from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
+from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+
+pytestmark = pytest.mark.gpu
+
+SEED = 6060
+COUNT = 60
+DTYPES = (DType.FP16, DType.BF16, DType.FP32)
+LAYOUTS = (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
+CHANNELS = (8, 16, 24, 32, 48, 64)
+
+
+def draw(rng: np.random.Generator) -> str:
+    """One grouped stride-1 problem: 1-D (30 %) or 2-D (70 %); a fifth with asymmetric padding."""
+    c, k = (int(rng.choice(CHANNELS)) for _ in range(2))
+    g, n = int(rng.integers(1, 41)), int(rng.integers(1, 13))
+    dilation = int(rng.choice([1, 1, 2]))
+    if rng.random() < 0.3:
+        filt = [int(rng.integers(2, 32))]
+        sizes = [int(rng.integers(max(filt[0] * dilation, 40), 700))]
+    else:
+        f = int(rng.integers(1, 8))
+        filt = [f, f if rng.random() < 0.7 else int(rng.integers(1, 8))]
+        sizes = [int(rng.integers(max(v * dilation, 5), 50)) for v in filt]
+    x = lambda values: "x".join(map(str, values))  # noqa: E731
+    if rng.random() < 0.2:
+        left = [int(rng.integers(0, dilation * (v - 1) + 1)) for v in filt]
+        right = [int(rng.integers(0, dilation * (v - 1) + 1)) for v in filt]
+        pad = f"pad_left={x(left)},pad_right={x(right)}"
+    else:
+        pad = f"pad={x(dilation * (v - 1) // 2 for v in filt)}"
+    return f"N={n},G={g},C={c},K={k},input={x(sizes)},filter={x(filt)},{pad},dilation={dilation}"
+
+
+def draw_problem(rng: np.random.Generator):
+    layout = LAYOUTS[int(rng.integers(len(LAYOUTS)))]
+    dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+    spec = draw(rng)
+    try:
+        return parse_conv_problem(spec, layout, dtype, Op.CONV_BWD_DATA)
+    except InvalidProblem:
+        return draw_problem(rng)  # a dilated filter past the padded input: draw again
+
+
+def test_gwl_bwd_data_matches_pytorch_on_random_shapes(gpu_backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    torch.backends.cudnn.allow_tf32 = False
+    target = target_for(gpu_backend.device_info())
+    runs, shapes = stage_picks_on_random_shapes("gwl", draw_problem, COUNT, SEED, target,
+                                                fewest=lambda params: params.walkers)
+    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
+    print(f"{ran} runs of backward-data gwl instances on {shapes} random grouped shapes against PyTorch, "
+          f"{len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    assert ran >= COUNT

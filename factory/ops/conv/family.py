@@ -48,6 +48,19 @@ MFMA_TILE = 16
 BF16_K16_MISSING = frozenset({"gfx908"})
 
 
+class MmaSyncRules:
+    """What the conv families that need mma.sync and have no portable fallback share (the `gwl` families):
+    NVIDIA sm_80 or newer. Listed before the op's family base."""
+
+    def needs(self, params: Any) -> frozenset[MatrixUnit]:
+        return frozenset({MatrixUnit.MMA_SYNC})
+
+    def why_not_on(self, params: Any, target: DeviceTarget) -> str | None:
+        if MatrixUnit.MMA_SYNC not in target.matrix_units:
+            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
+        return None
+
+
 class WgmmaRules:
     """What the conv ops' wgmma families (subclasses of their `mma` family) share: they need Hopper's
     warpgroup MMA (sm_90a), not mma.sync. Listed before the `mma` family among the bases."""

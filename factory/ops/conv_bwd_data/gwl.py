@@ -21,16 +21,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, LaunchPlan, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
-from ..conv.channels import CHANNELS_PATTERN, parse_channels, spell_channels
+from ..conv.channels import CHANNELS_PATTERN, channels_refusal, parse_channels, spell_channels
+from ..conv.family import MmaSyncRules
 from ..conv.shape import CompiledShape, Shape, hw
 from ..conv.transpose import transpose_values
 from .common import GRID_Y_LIMIT, BwdDataFamily
-from .mma import transpose_refusal, transposed_plan
+from .mma import transpose_refusal, transposed_gain, transposed_plan
 
 CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
                   for dtype in (DType.FP16, DType.BF16, DType.FP32) for ndim in (1, 2))
@@ -167,7 +168,7 @@ def plane_cover(p: GwlParams, problem: ConvProblem) -> float:
     return hi * wi / (math.ceil(hi / p.rows) * p.rows * math.ceil(wi / p.cols) * p.cols)
 
 
-class Gwl(CompiledShape, BwdDataFamily):
+class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
     name = "gwl"
     template = "conv_bwd_data/gwl.hip.j2"
     params_type = GwlParams
@@ -197,21 +198,8 @@ class Gwl(CompiledShape, BwdDataFamily):
     def layout_values(self, params: GwlParams, layout: Layout) -> dict[str, Any]:
         return {"transpose": not cl.channel_innermost(layout)} | transpose_values()
 
-    def why_not_on(self, params: GwlParams, target: DeviceTarget) -> str | None:
-        if MatrixUnit.MMA_SYNC not in target.matrix_units:
-            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
-        return None
-
-    def needs(self, params: GwlParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.MMA_SYNC})
-
     def why_not_here(self, p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.C % TILE_N or problem.K % TILE_N or max(problem.C, problem.K) > CHANNELS_MAX:
-            return (f"C and K per group must be multiples of {TILE_N} up to {CHANNELS_MAX}, "
-                    f"problem has C={problem.C}, K={problem.K}")
-        if (p.c, p.k) != (problem.C, problem.K):
-            return f"compiled for {p.channels}, problem has {spell_channels(problem.C, problem.K)}"
-        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        wrong = channels_refusal(p.channels, problem, TILE_N, CHANNELS_MAX) or self.wrong_shape(p.shape, p.compiled, problem)
         if wrong:
             return wrong
         if math.prod(problem.stride) != 1:
@@ -253,14 +241,21 @@ class Gwl(CompiledShape, BwdDataFamily):
         0.1 a halving of the row tiles a warp below the most its accumulator budget allows (B fragments
         shared by fewer matrix steps), 0.05 a doubling of the window over the tile, 0.05 a doubling of the
         groups a block, 0.05 a halving of the warps an SM runs below eight. 1x1 filters GWL_ONE_TAP lower:
-        `pw` needs no window, and gwl was not timed against the others there."""
+        `pw` needs no window, and gwl was not timed against the others there. Two cases where the shipped
+        problems' full tunes kept `mma` (bench/NOTES.md 84) rank below it: grids that WALKERS_MAX keeps short of one block an SM
+        where the problem has the tiles for more (GWL_SHORT_GRID a halving: large G = 1 layers), and NGCHW problems the
+        transposing pass does not pay on (small and short sums, as `mma`'s own rule: `transposed_gain`)."""
         uhb, uwb = p.block_window()
         halo = math.log2(uhb * uwb / (p.rows * p.cols))
         blocks = chunks_of(p, problem) * p.walkers
         warps = min(blocks / target.processors, resident_blocks(p, problem, target)) * p.threads / WARP
         slower = (0.1 * math.log2(most_warp_tiles(p) / p.warp_tiles) + 0.05 * halo + 0.05 * math.log2(p.groups)
                   - 0.05 * math.log2(min(1.0, warps / 8)))
-        return GWL_LEVEL - slower - (GWL_ONE_TAP if p.taps() == 1 else 0.0)
+        chunks, tiles = chunks_of(p, problem), tiles_of(p, problem)
+        capped = chunks * min(tiles, WALKERS_MAX) / min(target.processors, chunks * tiles)
+        short_grid = -GWL_SHORT_GRID * math.log2(min(1.0, capped))
+        copies = 0.0 if cl.channel_innermost(problem.layout) or transposed_gain(problem) >= 0 else GWL_LEVEL
+        return GWL_LEVEL - slower - short_grid - copies - (GWL_ONE_TAP if p.taps() == 1 else 0.0)
 
 
 def most_warp_tiles(p: GwlParams) -> int:
@@ -276,6 +271,7 @@ def resident_blocks(p: GwlParams, problem: ConvProblem, target: DeviceTarget) ->
 
 
 GWL_LEVEL = 12.0
+GWL_SHORT_GRID = 8.0  # below mma where the walkers' cap leaves SMs idle (G = 1, C = K = 32, N = 128 at 55x55: mma won)
 GWL_ONE_TAP = 14.0  # 1x1 filters: below every other family (pw, direct, mma), unmeasured against them there
 # Blocks a processor the walk is sized for, and how far off a point may be: on twelve H100 problems every
 # problem's best lay within 1.05x of the best point with chunks x walkers within 2^1.5 of two an SM

@@ -24,13 +24,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, Scalar
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv import output_tiles
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
-from ..conv.channels import parse_channels, spell_channels
+from ..conv.channels import channels_refusal, parse_channels, spell_channels
+from ..conv.family import MmaSyncRules
 from ..conv.output_tiles import tile_items, window_reach
 from ..conv.shape import CompiledShape, Shape, hw
 from ..conv.transpose import transpose_values
@@ -174,7 +175,7 @@ def plane_cover(p: GwlParams, problem: ConvProblem) -> float:
     return output_tiles.plane_cover(problem, p.rows, p.cols)
 
 
-class Gwl(CompiledShape, BwdWeightFamily):
+class Gwl(MmaSyncRules, CompiledShape, BwdWeightFamily):
     name = "gwl"
     template = "conv_bwd_weight/gwl.hip.j2"
     finishes_in_grid = True  # coop: kf_splitk_finish_in_grid after the walk's partials
@@ -218,21 +219,8 @@ class Gwl(CompiledShape, BwdWeightFamily):
             return args
         return staged_conv_args(args, problem, dst, staging_at, problem.dtype.tensor.nbytes)
 
-    def why_not_on(self, params: GwlParams, target: DeviceTarget) -> str | None:
-        if MatrixUnit.MMA_SYNC not in target.matrix_units:
-            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
-        return None
-
-    def needs(self, params: GwlParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.MMA_SYNC})
-
     def why_not_here(self, p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-        if problem.C % TILE_N or problem.K % TILE_N or max(problem.C, problem.K) > CHANNELS_MAX:
-            return (f"C and K per group must be multiples of {TILE_N} up to {CHANNELS_MAX}, "
-                    f"problem has C={problem.C}, K={problem.K}")
-        if (p.c, p.k) != (problem.C, problem.K):
-            return f"compiled for {p.channels}, problem has {spell_channels(problem.C, problem.K)}"
-        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        wrong = channels_refusal(p.channels, problem, TILE_N, CHANNELS_MAX) or self.wrong_shape(p.shape, p.compiled, problem)
         if wrong:
             return wrong
         if p.reduction is Reduction.ATOMIC and problem.dtype.weight is not Scalar.F32:

@@ -255,7 +255,7 @@ CASES = [
          lambda p: p.cv == 4 and p.across == 8),
     Case("dwc-nhwgc-fp16-1d-s2", "dwc", L.NHWGC, D.FP16, "N=3,G=24,C=1,K=1,input=300,filter=7,stride=2,pad=3",
          lambda p: p.cv == 8 and p.across == 32 and p.run == 4),
-    # gwl: grouped at stride 1, a chunk's weights and each tile's grad_output window in shared memory. G not a
+    # gwl: grouped, a chunk's weights and each tile's grad_output window in shared memory. G not a
     # multiple of the chunk, tiles past the plane both ways (and below, walks of every tile a block), K not a
     # multiple of a matrix step (zeros past K), dilation and asymmetric padding, fp32's three TF32 products,
     # 1-D, GNHWC, and NGCHW / NGCHW_GKYXC through the transposing pass.
@@ -268,6 +268,15 @@ CASES = [
          lambda p: p.groups == 4 and p.rows == 2 and p.cols == 16 and p.stages == 2),
     Case("gwl-nhwgc-bf16-1d-f7", "gwl", L.NHWGC, D.BF16, "N=3,G=4,C=32,K=8,input=150,filter=7,pad=3",
          lambda p: p.groups == 2 and p.cols == 64 and p.warp_tiles == 2),
+    # Stride phases (grid z): stride 2 both ways with phases of different sizes, stride 3 along W with a phase
+    # no tap of a 2-wide filter reaches, stride 2 with dilation 2 in 1-D, asymmetric padding.
+    Case("gwl-nhwgc-fp16-2d-s2", "gwl", L.NHWGC, D.FP16, "N=3,G=3,C=16,K=24,input=13x17,filter=3x3,stride=2,pad=1",
+         lambda p: p.groups == 2 and p.rows == 2 and p.cols == 16),
+    Case("gwl-gnhwc-bf16-2d-s1x3-asym", "gwl", L.GNHWC, D.BF16,
+         "N=2,G=2,C=8,K=16,input=9x40,filter=3x2,stride=1x3,pad_left=1x0,pad_right=1x1",
+         lambda p: p.groups == 1 and p.rows == 4),
+    Case("gwl-nhwgc-fp32-1d-s2-d2", "gwl", L.NHWGC, D.FP32, "N=2,G=3,C=8,K=8,input=90,filter=5,stride=2,pad=4,dilation=2",
+         lambda p: p.cols == 32),
     Case("gwl-ngchw-fp16-2d-transposed", "gwl", L.NGCHW, D.FP16, "N=3,G=3,C=8,K=16,input=13x11,filter=3x3,pad=1",
          lambda p: p.groups == 1 and p.rows == 4 and p.cols == 16),
     Case("gwl-gkyxc-fp32-1d-transposed", "gwl", L.NGCHW_GKYXC, D.FP32, "N=2,G=2,C=16,K=8,input=70,filter=5,pad=2,dilation=2",
@@ -393,7 +402,7 @@ def test_gwl_blocks_walk_every_tile_on_any_grid(case_id: str, walkers: int, pick
     right = kernel_emulator._plan
 
     def grid_of(plan: Any) -> Any:
-        steps = tuple(dataclasses.replace(s, grid=(s.grid[0], walkers, 1)) if isinstance(s, Launch) and s.entry == "kf_main"
+        steps = tuple(dataclasses.replace(s, grid=(s.grid[0], walkers, s.grid[2])) if isinstance(s, Launch) and s.entry == "kf_main"
                       else s for s in plan.steps)
         return dataclasses.replace(plan, steps=steps)
     monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: grid_of(right(i, p)))

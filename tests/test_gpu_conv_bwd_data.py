@@ -41,7 +41,7 @@ PROBLEMS = [
     (L.NGCHW, D.FP16, "N=3,G=2,C=48,K=40,input=10x12,filter=1x1"),  # pointwise NGKHW: chunks along positions
     (L.NGCHW_GKYXC, D.BF16, "N=2,G=1,C=64,K=32,input=100,filter=1"),
     (L.NHWGC, D.BF16, "N=8,G=14,C=24,K=24,input=28x28,filter=3x3,pad=1"),
-    # gwl: grouped stride-1 layers with C, K up to 64 (GNHWC with K = 8; NGCHW through the transposing pass, 1-D).
+    # gwl: grouped layers with C, K up to 64 (GNHWC with K = 8; NGCHW through the transposing pass, 1-D).
     (L.GNHWC, D.FP16, "N=3,G=5,C=16,K=8,input=19x13,filter=3x3,pad=1,dilation=2"),
     (L.NGCHW, D.FP32, "N=2,G=3,C=24,K=16,input=77,filter=5,pad_left=1,pad_right=3"),
     (L.NGCHW, D.INT8, "N=2,G=4,C=2,K=2,input=5x6x7,filter=3x1x1,pad=1x0x0"),
@@ -138,7 +138,7 @@ def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1,
     return drawn
 
 
-# `pw` serves pointwise layers only, `gwl` grouped stride-1 ones: their random problems are
+# `pw` serves pointwise layers only, `gwl` grouped ones with C, K up to 64: their random problems are
 # tests/test_gpu_pointwise.py's and tests/test_gpu_gwl_bwd_data_random.py's.
 @pytest.mark.parametrize("family", sorted(f for f in SOLVER.families if f not in ("pw", "gwl")))
 def test_families_match_pytorch_on_random_problems(family, gpu_backend):

@@ -1,8 +1,9 @@
-"""On a GPU: backward-data `gwl` (grouped at stride 1, weights and windows in shared memory) against PyTorch
-(cuDNN) on 60 seeded random grouped shapes it serves.
+"""On a GPU: backward-data `gwl` (grouped, weights and windows in shared memory, stride phases) against
+PyTorch (cuDNN) on 60 seeded random grouped shapes it serves.
 
 Shapes: C and K per group drawn from 8-64 (multiples of 8, K not always a multiple of 16), G 1-40, 1-D
-filters of 2-31 taps and 2-D k x l up to 7 x 7, dilation 1-2, symmetric and asymmetric padding, N 1-12,
+filters of 2-31 taps and 2-D k x l up to 7 x 7, stride 1 or 2 (2 or 3 along one axis now and then),
+dilation 1-2 at stride 1, symmetric and asymmetric padding, N 1-12,
 spatial sizes that are multiples of nothing, NHWGC, GNHWC, and NGCHW and NGCHW_GKYXC (through the
 transposing pass), fp16, bf16, fp32. For each, the instance the heuristic ranks first, the one with the
 fewest walkers, and the best-ranked of each stage count run through Kernel.run on PyTorch tensors (outputs
@@ -25,10 +26,11 @@ CHANNELS = (8, 16, 24, 32, 48, 64)
 
 
 def draw(rng: np.random.Generator) -> str:
-    """One grouped stride-1 problem: 1-D (30 %) or 2-D (70 %); a fifth with asymmetric padding."""
+    """One grouped problem: 1-D (30 %) or 2-D (70 %); a third strided, a fifth with asymmetric padding."""
     c, k = (int(rng.choice(CHANNELS)) for _ in range(2))
     g, n = int(rng.integers(1, 41)), int(rng.integers(1, 13))
-    dilation = int(rng.choice([1, 1, 2]))
+    strided = rng.random() < 0.35
+    dilation = 1 if strided else int(rng.choice([1, 1, 2]))
     if rng.random() < 0.3:
         filt = [int(rng.integers(2, 32))]
         sizes = [int(rng.integers(max(filt[0] * dilation, 40), 700))]
@@ -43,7 +45,8 @@ def draw(rng: np.random.Generator) -> str:
         pad = f"pad_left={x(left)},pad_right={x(right)}"
     else:
         pad = f"pad={x(dilation * (v - 1) // 2 for v in filt)}"
-    return f"N={n},G={g},C={c},K={k},input={x(sizes)},filter={x(filt)},{pad},dilation={dilation}"
+    stride = [int(rng.choice([2, 2, 2, 3])) if strided else 1 for _ in filt]
+    return f"N={n},G={g},C={c},K={k},input={x(sizes)},filter={x(filt)},stride={x(stride)},{pad},dilation={dilation}"
 
 
 def draw_problem(rng: np.random.Generator):

@@ -15,7 +15,7 @@ write an int32 grad_input (int8_sat: the same sums saturated to an int8 grad_inp
   warp per few planes of a group held in shared memory.
 - `dwc`: depthwise in channels-last (NHWGC), 1-D/2-D: a block per tile of positions and chunk of groups,
   the grad_output window copied into shared memory once, up to 16 bytes of groups a load.
-- `gwl`: grouped at stride 1 with C, K up to 64 (channels-last, NGCHW through the transposing pass), on
+- `gwl`: grouped with C, K up to 64 (channels-last, NGCHW through the transposing pass; stride phases), on
   mma.sync: a block keeps a chunk of groups' weights in shared memory and walks tiles of positions, each
   tile's grad_output window copied in once and read in place by the matrix instructions.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h), strided

@@ -1,16 +1,17 @@
-"""`gwl`: grouped backward-data at stride 1 with few channels per group (C, K multiples of 8 up to 64), 1-D and
-2-D, on matrix instructions (mma.sync). The main kernel reads and writes channels-last data: NHWGC and GNHWC
-as they are, NGCHW through the transposing pass (`mma`'s transposed_plan).
+"""`gwl`: grouped backward-data with few channels per group (C, K multiples of 8 up to 64), 1-D and 2-D, on
+matrix instructions (mma.sync). The main kernel reads and writes channels-last data: NHWGC and GNHWC as they
+are, NGCHW through the transposing pass (`mma`'s transposed_plan).
 
 Per group the input gradient is a small GEMM, (positions) x C, over (tap, K). The implicit-GEMM families copy
 a chunk of output gradient for every (position, tap) pair, so a 3x3 layer's grad_output passes through the
 cache nine times, and their tiles of 32-64 channels leave columns idle when C is 16. Here a block owns a chunk
-of groups: it copies their weights into shared memory once and walks its share (`walkers` blocks a chunk)
-of the tiles of grad_input positions, each tile's grad_output window copied into shared memory once (16 bytes
-a copy, cp.async, one or two tiles ahead). A matrix instruction's sixteen rows are positions of one row, so
-for every tap the window positions it reads are one apart and ldmatrix reads them in place. A warp takes one
-group and `warp_tiles` of the tile's 16-position row tiles, every channel of it, and stores its sums after
-each tile. Filter and dilation (`shape`) and C, K (`channels`) are compiled in.
+of groups and a stride phase (grid z: the positions one set of taps reaches): it copies the groups' weights
+into shared memory once and walks its share (`walkers` blocks a chunk) of the phase's tiles of grad_input
+positions, each tile's grad_output window copied into shared memory once (16 bytes a copy, cp.async, one or
+two tiles ahead). A matrix instruction's sixteen rows are positions of one row of the phase, so for every tap
+that reaches it the window positions it reads are one apart and ldmatrix reads them in place. A warp takes
+one group and `warp_tiles` of the tile's 16-position row tiles, every channel of it, and stores its sums
+after each tile. Filter, stride and dilation (`shape`) and C, K (`channels`) are compiled in.
 """
 
 from __future__ import annotations
@@ -103,9 +104,12 @@ class GwlParams:
         return ACC_PER_TILE * self.warp_tiles * (self.c // TILE_N)
 
     def block_window(self) -> tuple[int, int]:
-        """grad_output rows and columns a tile reaches (the shared window; stride 1)."""
-        (fy, fx), (dh, dw) = hw(self.compiled.filter), hw(self.compiled.dilation)
-        return self.rows + (fy - 1) * dh, self.cols + (fx - 1) * dw
+        """grad_output rows and columns a tile of a stride phase reaches (the shared window)."""
+        (fy, fx), (sh, sw), (dh, dw) = hw(self.compiled.filter), hw(self.compiled.stride), hw(self.compiled.dilation)
+        return self.rows + -(-(fy - 1) * dh // sh), self.cols + -(-(fx - 1) * dw // sw)
+
+    def phases(self) -> int:
+        return math.prod(self.compiled.stride)
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"c": self.c, "k": self.k, "groups": self.groups, "warp_tiles": self.warp_tiles,
@@ -152,10 +156,16 @@ def shared_bytes(p: GwlParams, element_bytes: int) -> int:
     return (weights + p.stages * window) * element_bytes
 
 
+def phase_plane(problem: ConvProblem) -> tuple[int, int]:
+    """Rows and columns of the largest stride phase of the grad_input plane."""
+    (hi, wi), (sh, sw) = hw(problem.input), hw(problem.stride)
+    return math.ceil(hi / sh), math.ceil(wi / sw)
+
+
 def tiles_of(p: GwlParams, problem: ConvProblem) -> int:
-    """Tiles of one chunk: images x tiles of the grad_input plane."""
-    hi, wi = hw(problem.input)
-    return problem.N * math.ceil(hi / p.rows) * math.ceil(wi / p.cols)
+    """Tiles of one chunk and stride phase (the largest): images x tiles of the phase's plane."""
+    hp, wp = phase_plane(problem)
+    return problem.N * math.ceil(hp / p.rows) * math.ceil(wp / p.cols)
 
 
 def chunks_of(p: GwlParams, problem: ConvProblem) -> int:
@@ -163,9 +173,9 @@ def chunks_of(p: GwlParams, problem: ConvProblem) -> int:
 
 
 def plane_cover(p: GwlParams, problem: ConvProblem) -> float:
-    """The share of the tiles' positions that lie in the grad_input plane."""
-    hi, wi = hw(problem.input)
-    return hi * wi / (math.ceil(hi / p.rows) * p.rows * math.ceil(wi / p.cols) * p.cols)
+    """The share of the tiles' positions that lie in the (largest phase's) plane."""
+    hp, wp = phase_plane(problem)
+    return hp * wp / (math.ceil(hp / p.rows) * p.rows * math.ceil(wp / p.cols) * p.cols)
 
 
 class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
@@ -173,10 +183,10 @@ class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
     template = "conv_bwd_data/gwl.hip.j2"
     params_type = GwlParams
     suffix_re = _SUFFIX_RE
-    description = ("grouped at stride 1, C and K multiples of 8 up to 64, 1-D/2-D, mma.sync (NGCHW through the "
-                   "transposing pass): a block per chunk of groups keeps their weights in shared memory and walks "
-                   "tiles of grad_input positions, each tile's grad_output window copied into shared memory once "
-                   "and read in place by the matrix instructions; filter, dilation, C and K compiled in")
+    description = ("grouped, C and K multiples of 8 up to 64, 1-D/2-D, mma.sync (NGCHW through the transposing "
+                   "pass): a block per chunk of groups and stride phase keeps their weights in shared memory and "
+                   "walks tiles of grad_input positions, each tile's grad_output window copied into shared memory "
+                   "once and read in place by the matrix instructions; filter, stride, dilation, C and K compiled in")
 
     def supported_cells(self) -> frozenset:
         return CELLS
@@ -202,8 +212,6 @@ class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
         wrong = channels_refusal(p.channels, problem, TILE_N, CHANNELS_MAX) or self.wrong_shape(p.shape, p.compiled, problem)
         if wrong:
             return wrong
-        if math.prod(problem.stride) != 1:
-            return f"stride 1 only (every tap reaches every position); problem has stride {problem.stride}"
         if not cl.channel_innermost(problem.layout) and (refusal := transpose_refusal(problem)):
             return refusal
         if p.accumulators() > MAX_ACC:
@@ -213,9 +221,9 @@ class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
             return f"{p.groups} groups x {p.row_tiles() // p.warp_tiles} warps a group is {p.threads} threads, over {MAX_THREADS}"
         if problem.G <= p.groups // 2:
             return f"a chunk of {p.groups} groups is more than twice G={problem.G}"
-        (hi, wi) = hw(problem.input)
-        if p.rows > 2 * hi or p.cols > 2 * wi:
-            return f"a tile of {p.rows}x{p.cols} is more than twice the {hi}x{wi} grad_input plane"
+        (hp, wp) = phase_plane(problem)
+        if p.rows > 2 * hp or p.cols > 2 * wp:
+            return f"a tile of {p.rows}x{p.cols} is more than twice the {hp}x{wp} plane of a stride phase"
         if p.walkers > tiles_of(p, problem):
             return f"{p.walkers} blocks a chunk for {tiles_of(p, problem)} tiles (some would have none)"
         if (refusal := grid_refusal(p, problem, target)):
@@ -226,7 +234,7 @@ class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
         return None
 
     def main_launch(self, p: GwlParams, problem: ConvProblem, target: DeviceTarget, args: Struct) -> Launch:
-        return Launch("kf_main", (chunks_of(p, problem), p.walkers, 1), (p.threads, 1, 1), (args,),
+        return Launch("kf_main", (chunks_of(p, problem), p.walkers, p.phases()), (p.threads, 1, 1), (args,),
                       shared_bytes=shared_bytes(p, problem.dtype.tensor.nbytes))
 
     def launch_plan(self, p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> LaunchPlan:
@@ -235,24 +243,25 @@ class Gwl(MmaSyncRules, CompiledShape, BwdDataFamily):
         return transposed_plan(self, p, problem, target)
 
     def heuristic_score(self, p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> float:
-        """In doublings of time: GWL_LEVEL against the implicit-GEMM families (gwl's best ran 1.3-3x faster
-        than theirs on every grouped stride-1 layer measured, bench/NOTES.md 84), less weights found by
-        coordinate descent over every point of twelve timed H100 problems (the pick's time over the best):
-        0.1 a halving of the row tiles a warp below the most its accumulator budget allows (B fragments
-        shared by fewer matrix steps), 0.05 a doubling of the window over the tile, 0.05 a doubling of the
-        groups a block, 0.05 a halving of the warps an SM runs below eight. 1x1 filters GWL_ONE_TAP lower:
-        `pw` needs no window, and gwl was not timed against the others there. Two cases where the shipped
-        problems' full tunes kept `mma` (bench/NOTES.md 84) rank below it: grids that WALKERS_MAX keeps short of one block an SM
-        where the problem has the tiles for more (GWL_SHORT_GRID a halving: large G = 1 layers), and NGCHW problems the
-        transposing pass does not pay on (small and short sums, as `mma`'s own rule: `transposed_gain`)."""
+        """In doublings of time: GWL_LEVEL against the implicit-GEMM families (gwl's best ran 1.1-3x faster
+        than theirs on every grouped layer measured, strided ones included; bench/NOTES.md 84), less weights
+        found by coordinate descent over every point of twelve timed H100 problems (the pick's time over the
+        best): 0.1 a halving of the row tiles a warp below the most its accumulator budget allows (B
+        fragments shared by fewer matrix steps), 0.05 a doubling of the window over the tile, 0.05 a doubling
+        of the groups a block, 0.05 a halving of the warps an SM runs below eight. 1x1 filters GWL_ONE_TAP
+        lower: `pw` needs no window, and gwl was not timed against the others there. Two cases where the
+        shipped problems' full tunes kept `mma` rank below it: grids that WALKERS_MAX keeps short of one block
+        an SM where the problem has the tiles for more (GWL_SHORT_GRID a halving: large G = 1 layers), and
+        NGCHW problems the transposing pass does not pay on (small and short sums: `mma`'s own rule,
+        `transposed_gain`)."""
         uhb, uwb = p.block_window()
         halo = math.log2(uhb * uwb / (p.rows * p.cols))
-        blocks = chunks_of(p, problem) * p.walkers
+        blocks = chunks_of(p, problem) * p.walkers * p.phases()
         warps = min(blocks / target.processors, resident_blocks(p, problem, target)) * p.threads / WARP
         slower = (0.1 * math.log2(most_warp_tiles(p) / p.warp_tiles) + 0.05 * halo + 0.05 * math.log2(p.groups)
                   - 0.05 * math.log2(min(1.0, warps / 8)))
         chunks, tiles = chunks_of(p, problem), tiles_of(p, problem)
-        capped = chunks * min(tiles, WALKERS_MAX) / min(target.processors, chunks * tiles)
+        capped = chunks * min(tiles, WALKERS_MAX) * p.phases() / min(target.processors, chunks * tiles * p.phases())
         short_grid = -GWL_SHORT_GRID * math.log2(min(1.0, capped))
         copies = 0.0 if cl.channel_innermost(problem.layout) or transposed_gain(problem) >= 0 else GWL_LEVEL
         return GWL_LEVEL - slower - short_grid - copies - (GWL_ONE_TAP if p.taps() == 1 else 0.0)
@@ -284,7 +293,7 @@ WALKERS_MAX = 64  # the catalog's most walkers (instances/conv_bwd_data_gwl.toml
 def grid_refusal(p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
     """Why the grid of `p` is too far from BLOCKS_PER_PROCESSOR blocks an SM, or None. Short grids are
     refused only where twice the walkers would still have tiles (and the catalog lists them)."""
-    blocks, aim = chunks_of(p, problem) * p.walkers, BLOCKS_PER_PROCESSOR * target.processors
+    blocks, aim = chunks_of(p, problem) * p.walkers * p.phases(), BLOCKS_PER_PROCESSOR * target.processors
     if blocks > aim * BLOCKS_REACH:
         return f"{blocks} blocks, over {BLOCKS_REACH:.1f}x {BLOCKS_PER_PROCESSOR} an SM (each loads its chunk's weights)"
     if blocks * BLOCKS_REACH < aim and 2 * p.walkers <= min(tiles_of(p, problem), WALKERS_MAX):

@@ -27,9 +27,9 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, LaunchPlan, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
-from ..conv.channels import CHANNELS_PATTERN, channels_refusal, parse_channels, spell_channels
+from ..conv.channels import CHANNELS_PATTERN, ShapeAndChannels, channels_refusal, spell_channels
 from ..conv.family import MmaSyncRules
-from ..conv.shape import CompiledShape, Shape, hw
+from ..conv.shape import CompiledShape, hw
 from ..conv.transpose import transpose_values
 from .common import GRID_Y_LIMIT, BwdDataFamily
 from .mma import transpose_refusal, transposed_gain, transposed_plan
@@ -50,7 +50,7 @@ def reduction_step(element_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
-class GwlParams:
+class GwlParams(ShapeAndChannels):
     groups: int  # groups a block (its chunk)
     warp_tiles: int  # 16-position row tiles a warp
     rows: int  # grad_input rows of a tile
@@ -71,23 +71,7 @@ class GwlParams:
             raise ValueError(f"stages {self.stages} must be 2 or 3")
         if not 1 <= self.walkers <= GRID_Y_LIMIT:
             raise ValueError(f"walkers {self.walkers} must be 1-{GRID_Y_LIMIT} (the grid's y)")
-        if Shape.parse(self.shape) is None:
-            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
-        channels = parse_channels(self.channels)
-        if channels is None or min(channels) < TILE_N or max(channels) > CHANNELS_MAX or any(v % TILE_N for v in channels):
-            raise ValueError(f"channels {self.channels!r} must be c<C>k<K>, multiples of 8 up to {CHANNELS_MAX}")
-
-    @property
-    def compiled(self) -> Shape:
-        return Shape.checked(self.shape)
-
-    @property
-    def c(self) -> int:
-        return parse_channels(self.channels)[0]  # type: ignore[index]  # checked on construction
-
-    @property
-    def k(self) -> int:
-        return parse_channels(self.channels)[1]  # type: ignore[index]
+        self.check_shape_and_channels(TILE_N, CHANNELS_MAX)
 
     @property
     def threads(self) -> int:

@@ -30,10 +30,10 @@ from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv import output_tiles
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
-from ..conv.channels import channels_refusal, parse_channels, spell_channels
+from ..conv.channels import ShapeAndChannels, channels_refusal, spell_channels
 from ..conv.family import MmaSyncRules
 from ..conv.output_tiles import tile_items, window_reach
-from ..conv.shape import CompiledShape, Shape, hw
+from ..conv.shape import CompiledShape, hw
 from ..conv.transpose import transpose_values
 from .common import GRID_Y_LIMIT, BwdWeightFamily, Reduction, check_split, grid_finish_refusal, split_items_refusal
 from .staged import staged_conv_args, staging_launches
@@ -53,7 +53,7 @@ def positions_a_step(element_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
-class GwlParams:
+class GwlParams(ShapeAndChannels):
     groups: int  # groups a block (its chunk)
     tiles: int  # most (tap, 8 channels) column tiles a warp: a group's are split into sets of at most this many
     rows: int  # output rows of an item
@@ -72,27 +72,11 @@ class GwlParams:
             raise ValueError(f"tile {self.rows}x{self.cols} must be 1-16 rows by 16, 32 or 64 columns")
         if self.stages not in (1, 2, 3):
             raise ValueError(f"stages {self.stages} must be 1, 2 or 3")
-        if Shape.parse(self.shape) is None:
-            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
-        channels = parse_channels(self.channels)
-        if channels is None or min(channels) < TILE_N or max(channels) > CHANNELS_MAX or any(v % TILE_N for v in channels):
-            raise ValueError(f"channels {self.channels!r} must be c<C>k<K>, multiples of 8 up to {CHANNELS_MAX}")
+        self.check_shape_and_channels(TILE_N, CHANNELS_MAX)
 
     @property
     def threads(self) -> int:
         return self.groups * self.tap_sets() * WARP
-
-    @property
-    def compiled(self) -> Shape:
-        return Shape.checked(self.shape)
-
-    @property
-    def c(self) -> int:
-        return parse_channels(self.channels)[0]  # type: ignore[index]  # checked on construction
-
-    @property
-    def k(self) -> int:
-        return parse_channels(self.channels)[1]  # type: ignore[index]
 
     def taps(self) -> int:
         return math.prod(self.compiled.filter)

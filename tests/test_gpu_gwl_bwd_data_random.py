@@ -15,6 +15,7 @@ import pytest
 from factory.device import target_for
 from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
 from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+from test_gpu_gwl_random import draw_filter_and_sizes
 
 pytestmark = pytest.mark.gpu
 
@@ -31,13 +32,7 @@ def draw(rng: np.random.Generator) -> str:
     g, n = int(rng.integers(1, 41)), int(rng.integers(1, 13))
     strided = rng.random() < 0.35
     dilation = 1 if strided else int(rng.choice([1, 1, 2]))
-    if rng.random() < 0.3:
-        filt = [int(rng.integers(2, 32))]
-        sizes = [int(rng.integers(max(filt[0] * dilation, 40), 700))]
-    else:
-        f = int(rng.integers(1, 8))
-        filt = [f, f if rng.random() < 0.7 else int(rng.integers(1, 8))]
-        sizes = [int(rng.integers(max(v * dilation, 5), 50)) for v in filt]
+    filt, sizes = draw_filter_and_sizes(rng, dilation)
     x = lambda values: "x".join(map(str, values))  # noqa: E731
     if rng.random() < 0.2:
         left = [int(rng.integers(0, dilation * (v - 1) + 1)) for v in filt]

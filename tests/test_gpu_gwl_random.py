@@ -24,6 +24,16 @@ LAYOUTS = (Layout.NHWGC, Layout.GNHWC, Layout.NGCHW, Layout.NGCHW_GKYXC)
 CHANNELS = (8, 16, 24, 32, 48, 64)
 
 
+def draw_filter_and_sizes(rng: np.random.Generator, dilation: int) -> tuple[list[int], list[int]]:
+    """A 1-D filter of 2-31 taps over 40-699 positions (30 %), or a 2-D k x l up to 7 x 7 over 5-49 a side."""
+    if rng.random() < 0.3:
+        filt = [int(rng.integers(2, 32))]
+        return filt, [int(rng.integers(max(filt[0] * dilation, 40), 700))]
+    f = int(rng.integers(1, 8))
+    filt = [f, f if rng.random() < 0.7 else int(rng.integers(1, 8))]
+    return filt, [int(rng.integers(max(v * dilation, 5), 50)) for v in filt]
+
+
 def draw(rng: np.random.Generator) -> str:
     """One grouped problem: 1-D (30 %) or 2-D (70 %)."""
     c, k = (int(rng.choice(CHANNELS)) for _ in range(2))
@@ -31,13 +41,7 @@ def draw(rng: np.random.Generator) -> str:
     n = int(rng.integers(1, 13))
     stride = int(rng.choice([1, 1, 2]))
     dilation = int(rng.choice([1, 1, 2])) if stride == 1 else 1
-    if rng.random() < 0.3:
-        filt = [int(rng.integers(2, 32))]
-        sizes = [int(rng.integers(max(filt[0] * dilation, 40), 700))]
-    else:
-        f = int(rng.integers(1, 8))
-        filt = [f, f if rng.random() < 0.7 else int(rng.integers(1, 8))]
-        sizes = [int(rng.integers(max(v * dilation, 5), 50)) for v in filt]
+    filt, sizes = draw_filter_and_sizes(rng, dilation)
     pad = [dilation * (v - 1) // 2 for v in filt]
     x = "x".join
     return (f"N={n},G={g},C={c},K={k},input={x(map(str, sizes))},filter={x(map(str, filt))},"

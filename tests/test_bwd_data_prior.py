@@ -237,3 +237,16 @@ def test_strided_pw_is_channels_last_as_given_or_copied_with_staged_stores_only(
     nhwgc = _problem("N=32,G=1,C=256,K=512,input=56x56,filter=1x1,stride=2", Layout.NHWGC, DType.FP16)
     served = [c for c in lookup(nhwgc, target=H100) if c.family == "pw"]
     assert served and all(c.params.store is TileStore.STAGED for c in served)
+
+
+def test_gwl_grids_sized_to_the_gpu_keep_the_fewest_walkers_for_many_groups():
+    """gwl refuses grids far from two blocks an SM, but a layer with so many groups that its fewest walkers
+    pass that still gets those (bench/NOTES.md 84)."""
+    def grids(spec: str) -> set[tuple[int, int]]:
+        problem = _problem(spec, dtype=DType.FP16)
+        return {(math.ceil(problem.G / c.params.groups) * c.params.walkers, c.params.walkers)
+                for c in lookup(problem, target=H100) if c.family == "gwl"}
+    aim = 2 * H100.processors
+    resnext = grids("N=32,G=32,C=32,K=32,input=14x14,filter=3x3,pad=1")
+    assert resnext and all(aim / 2**1.5 <= blocks <= aim * 2**1.5 for blocks, _ in resnext)
+    assert {walkers for _, walkers in grids("N=8,G=4096,C=8,K=8,input=14x14,filter=3x3,pad=1")} == {4}

@@ -271,14 +271,15 @@ GWL_ONE_TAP = 14.0  # 1x1 filters: below every other family (pw, direct, mma), u
 # (bench/NOTES.md 84); far fewer blocks leave the SMs idle, far more load the chunk's weights per block.
 BLOCKS_PER_PROCESSOR = 2
 BLOCKS_REACH = 2**1.5
-WALKERS_MAX = 64  # the catalog's most walkers (instances/conv_bwd_data_gwl.toml)
+WALKERS_MIN, WALKERS_MAX = 4, 64  # the catalog's fewest and most walkers (instances/conv_bwd_data_gwl.toml)
 
 
 def grid_refusal(p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
-    """Why the grid of `p` is too far from BLOCKS_PER_PROCESSOR blocks an SM, or None. Short grids are
-    refused only where twice the walkers would still have tiles (and the catalog lists them)."""
+    """Why the grid of `p` is too far from BLOCKS_PER_PROCESSOR blocks an SM, or None. Long grids are refused
+    only past the catalog's fewest walkers (many groups keep those), short ones only where twice the walkers
+    would still have tiles (and the catalog lists them)."""
     blocks, aim = chunks_of(p, problem) * p.walkers * p.phases(), BLOCKS_PER_PROCESSOR * target.processors
-    if blocks > aim * BLOCKS_REACH:
+    if blocks > aim * BLOCKS_REACH and p.walkers > WALKERS_MIN:
         return f"{blocks} blocks, over {BLOCKS_REACH:.1f}x {BLOCKS_PER_PROCESSOR} an SM (each loads its chunk's weights)"
     if blocks * BLOCKS_REACH < aim and 2 * p.walkers <= min(tiles_of(p, problem), WALKERS_MAX):
         return f"{blocks} blocks, under 1/{BLOCKS_REACH:.1f} of {BLOCKS_PER_PROCESSOR} an SM (twice the walkers serve)"

@@ -631,6 +631,18 @@ def test_ctrl_c_during_tune_leaves_a_sound_db(home: Path, fake_gpu: Any, fractio
     assert json.loads(o)["winner"] is not None
 
 
+def swallowed_by_the_interpreter(err: str) -> bool:
+    """Whether every traceback in `err` is CPython's report of a KeyboardInterrupt it dropped ("Exception
+    ignored in: ..."): a SIGINT that lands while a weakref callback or finalizer runs is printed and lost, and
+    the command goes on to finish (exit 0), so the run must then have left every file whole as well."""
+    lines = err.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    def dropped(i: int) -> bool:
+        after = next((line for line in lines[i + 1:] if not line.startswith(" ")), "")
+        return i > 0 and lines[i - 1].startswith("Exception ignored") and after.startswith("KeyboardInterrupt")
+    return bool(starts) and all(dropped(i) for i in starts)
+
+
 def test_a_real_sigint_during_generate_leaves_every_file_whole(tmp_path: Path) -> None:
     env = os.environ | {"PYTHONPATH": str(REPO), "KFACTORY_DB": str(tmp_path / "t.db"),
                         "KFACTORY_CACHE_DIR": str(tmp_path / "cache")}
@@ -642,7 +654,8 @@ def test_a_real_sigint_during_generate_leaves_every_file_whole(tmp_path: Path) -
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode in (0, 130, -signal.SIGINT), err
-        assert "Traceback" not in err or "KeyboardInterrupt" in err.splitlines()[-1]
+        assert ("Traceback" not in err or "KeyboardInterrupt" in err.splitlines()[-1]
+                or proc.returncode == 0 and swallowed_by_the_interpreter(err)), err
         if out.exists():
             hips = [p for p in out.iterdir() if p.suffix == ".hip"]
             assert all(p.stat().st_size > 0 for p in hips)

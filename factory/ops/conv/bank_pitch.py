@@ -56,6 +56,11 @@ def conflict_free_pitch(tiles: ThreadTiles, least: int, element_bytes: int) -> i
     return best
 
 
+def aligned(elements: int, element_bytes: int) -> int:
+    """`elements` rounded up to a whole number of 16-byte copies (a shared-memory region's start)."""
+    return -(-elements * element_bytes // VECTOR_BYTES_MAX) * VECTOR_BYTES_MAX // element_bytes
+
+
 def tile_point_fits(params: Any, element_bytes: int, ndim: int) -> bool:
     """Whether a tile point fits a cell: its compiled filter has the cell's rank, a 1-D point is one thread
     tile tall, and a thread's vector is one access of at most 16 bytes."""

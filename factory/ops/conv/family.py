@@ -18,6 +18,11 @@ LANES = 32
 CHUNK_BYTES_MAX = 16
 
 
+def mma_reduction_depth(element_bytes: int) -> int:
+    """Reduction rows one mma.sync takes on 16-bit operands (m16n8k16) or fp32 ones (TF32 m16n8k8, three times)."""
+    return MMA_K if element_bytes == 2 else MMA_K // 2
+
+
 def fill_score(blocks: int, target: DeviceTarget) -> float:
     """How well `blocks` fill the device: up to 1 at four blocks per processor, minus a penalty past 64."""
     fill = min(blocks / (4 * target.processors), 1.0)

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ...device import DeviceTarget
+from ...kernel_resources import KernelResources
+from ...occupancy import blocks_per_processor
 from ...problem import ConvProblem, DType, Layout
 from ..base import Launch, LaunchPlan, Struct, params_from_suffix
 from ..conv import layouts as cl
-from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
+from ..conv.bank_pitch import WARP, aligned, fragment_rows_pitch
 from ..conv.channels import CHANNELS_PATTERN, ShapeAndChannels, channels_refusal, spell_channels
-from ..conv.family import MmaSyncRules
+from ..conv.family import MmaSyncRules, mma_reduction_depth
 from ..conv.shape import CompiledShape, hw
 from ..conv.transpose import transpose_values
 from .common import GRID_Y_LIMIT, BwdDataFamily
@@ -41,12 +43,6 @@ ACC_PER_TILE = TILE_M * TILE_N // WARP  # accumulator registers a lane, per tile
 MAX_ACC = 64  # accumulator registers a lane
 MAX_THREADS = 512
 CHANNELS_MAX = 64
-
-
-def reduction_step(element_bytes: int) -> int:
-    """Reduction rows (k) one matrix instruction takes: 16 on 16-bit operands, 8 on fp32 (TF32 m16n8k8,
-    three times)."""
-    return 16 if element_bytes == 2 else 8
 
 
 @dataclass(frozen=True)
@@ -111,7 +107,7 @@ _SUFFIX_RE = re.compile(r"g(?P<groups>\d+)_m(?P<warp_tiles>\d+)_b(?P<rows>\d+)x(
 
 def padded_k(p: GwlParams, element_bytes: int) -> int:
     """A group's reduction rows a tap in shared memory: K rounded up to whole matrix steps (zeros past K)."""
-    step = reduction_step(element_bytes)
+    step = mma_reduction_depth(element_bytes)
     return -(-p.k // step) * step
 
 
@@ -126,10 +122,6 @@ def window_pitch(p: GwlParams, element_bytes: int) -> int:
 def weight_pitch(p: GwlParams, element_bytes: int) -> int:
     """Elements between a tap's weight rows k in shared memory."""
     return fragment_rows_pitch(p.c, 1, element_bytes)
-
-
-def aligned(elements: int, element_bytes: int) -> int:
-    return -(-elements * element_bytes // VECTOR_BYTES_MAX) * VECTOR_BYTES_MAX // element_bytes
 
 
 def shared_bytes(p: GwlParams, element_bytes: int) -> int:
@@ -257,10 +249,10 @@ def most_warp_tiles(p: GwlParams) -> int:
 
 
 def resident_blocks(p: GwlParams, problem: ConvProblem, target: DeviceTarget) -> int:
-    """Blocks an SM holds at once by shared memory and threads (registers are not modelled)."""
-    shared = shared_bytes(p, problem.dtype.tensor.nbytes) + (target.shared_reserved or 0)
-    by_shared = (target.shared_per_processor or target.shared_optin) // max(1, shared)
-    return max(1, min(by_shared, target.threads_per_processor // p.threads))
+    """Blocks an SM holds at once by shared memory, threads and the SM's block limit (registers are not
+    modelled: they are known only once compiled); one where the target does not describe its SMs."""
+    shared = shared_bytes(p, problem.dtype.tensor.nbytes)
+    return max(1, blocks_per_processor(KernelResources(0, 0, 0, 0, 0), p.threads, shared, target) or 1)
 
 
 GWL_LEVEL = 12.0

@@ -29,7 +29,7 @@ from ...problem import ConvProblem, DType, Layout, Scalar
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv import layouts as cl
 from ..conv import output_tiles
-from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP, fragment_rows_pitch
+from ..conv.bank_pitch import WARP, aligned, fragment_rows_pitch
 from ..conv.channels import ShapeAndChannels, channels_refusal, spell_channels
 from ..conv.family import MmaSyncRules
 from ..conv.output_tiles import tile_items, window_reach
@@ -46,12 +46,6 @@ MAX_ACC = 96  # accumulator registers a lane
 MAX_THREADS = 512
 CHANNELS_MAX = 64
 TILES = (4, 6, 9, 18)  # column tiles a warp, at most: the values a point may take
-def positions_a_step(element_bytes: int) -> int:
-    """Output positions one matrix instruction sums over (its reduction depth): 16 on 16-bit operands,
-    8 on fp32 (TF32 m16n8k8, three times)."""
-    return 16 if element_bytes == 2 else 8
-
-
 @dataclass(frozen=True)
 class GwlParams(ShapeAndChannels):
     groups: int  # groups a block (its chunk)
@@ -131,10 +125,6 @@ def grad_pitch(p: GwlParams, element_bytes: int) -> int:
     """Elements between the gradient tile's positions. The last 16-row tile of K reads up to 16 columns from
     its group's first: rows past K (discarded) must stay within the position."""
     return fragment_rows_pitch((p.groups - 1) * p.k + p.m_tiles() * TILE_M, 1, element_bytes)
-
-
-def aligned(elements: int, element_bytes: int) -> int:
-    return -(-elements * element_bytes // VECTOR_BYTES_MAX) * VECTOR_BYTES_MAX // element_bytes
 
 
 def stage_bytes(p: GwlParams, element_bytes: int) -> int:

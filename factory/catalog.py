@@ -49,20 +49,27 @@ class Instance:
         }
 
     def cell_matches(self, problem: ConvProblem) -> bool:
-        return (self.op, self.layout, self.dtype, self.ndim) == (problem.op, problem.layout, problem.dtype, problem.ndim)
+        """Whether the instance is of the cell its family computes `problem` in (the problem's own, or that
+        of its lower-rank view for a family without kernels of the problem's rank)."""
+        if self.op is not problem.op:
+            return False
+        seen = solver_for(self.op).problem_seen_by(self.family, problem)
+        return (self.layout, self.dtype, self.ndim) == (seen.layout, seen.dtype, seen.ndim)
 
     def why_not(self, problem: ConvProblem, target: DeviceTarget = DEFAULT_TARGET) -> str | None:
         """None when this instance computes `problem` on `target`; otherwise why not, in words."""
         if self.op is not problem.op:
             return f"instance is for {self.op.value}"
+        solver = solver_for(self.op)
+        seen = solver.problem_seen_by(self.family, problem)
         for what, mine, theirs in (
-            ("layout", self.layout.value, problem.layout.value),
-            ("dtype", self.dtype.value, problem.dtype.value),
-            ("rank", f"{self.ndim}D", f"{problem.ndim}D"),
+            ("layout", self.layout.value, seen.layout.value),
+            ("dtype", self.dtype.value, seen.dtype.value),
+            ("rank", f"{self.ndim}D", f"{seen.ndim}D"),
         ):
             if mine != theirs:
-                return f"{what} is {mine}, problem is {theirs}"
-        return solver_for(self.op).why_not(self.family, self.params, problem, target)
+                return f"{what} is {mine}, problem is {theirs}" + ("" if seen is problem else f" (as {seen.key})")
+        return solver.why_not(self.family, self.params, problem, target)
 
     def why_not_on(self, target: DeviceTarget) -> str | None:
         """None when this instance can run on `target` at all (its matrix instructions exist there)."""

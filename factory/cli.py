@@ -218,19 +218,27 @@ def cmd_list(args: argparse.Namespace) -> int:
     _check_family(args.op, args.family)
     if args.problem is not None:
         problem = _problem(args)
+        view = solver_for(problem.op).lower_rank_view(problem)
         mine = lambda family: args.family in (None, family)  # noqa: E731  (--family narrows both lists)
         applicable = [i for i in lookup(problem, target=args.target) if mine(i.family)]
         rejected = [r for r in explain(problem, target=args.target) if mine(r.instance.family)] if args.why else []
         unmade = {f: why for f, why in unspecialized_families(problem).items() if mine(f)} if args.why else {}
+        if args.why and view is not None:  # the families that see the problem as its view
+            seen_as_view = lambda f: solver_for(problem.op).problem_seen_by(f, problem) == view  # noqa: E731
+            unmade.update({f: why for f, why in unspecialized_families(view).items() if mine(f) and seen_as_view(f)})
         if args.json:
             _emit_json({
                 "problem": problem.key,
+                "lower_rank_view": None if view is None else view.key,
                 "applicable": [_instance_record(i) for i in applicable],
                 "rejected": [{"name": r.instance.name, "reason": r.reason} for r in rejected],
                 "families_without_instances": unmade,
             })
             return 0
         _print_instances(applicable, f"{len(applicable)} instances compute {problem.key}")
+        if view is not None:
+            console.print(f"families without {problem.ndim}-D kernels compute it as {view.key} (the same tensors)",
+                          markup=False, highlight=False, soft_wrap=True)
         if args.why:
             same_cell = [r for r in rejected if r.instance.cell_matches(problem)]
             other = len(rejected) - len(same_cell)

@@ -89,8 +89,26 @@ def lookup(problem: Any, instances: Sequence[Instance] | None = None,
     """
     check_supported(problem)
     if instances is None:
-        instances = with_specialized(instances_of_cell(problem.op, problem.layout, problem.dtype, problem.ndim), problem)
+        instances = cell_instances(problem)
     return [i for i in instances if i.is_applicable(problem, target)]
+
+
+def cell_instances(problem: Any) -> Sequence[Instance]:
+    """The instances of the problem's cell (listed, then specialized for it), then those of its lower-rank
+    view's cell (factory.ops.conv.fold) from the families that have no kernels of the problem's own rank."""
+    own = with_specialized(instances_of_cell(problem.op, problem.layout, problem.dtype, problem.ndim), problem)
+    view = solver_for(problem.op).lower_rank_view(problem)
+    if view is None:
+        return own
+    return list(own) + folded_instances(problem, view)
+
+
+def folded_instances(problem: Any, view: Any) -> list[Instance]:
+    """The instances of `view`'s cell (listed, then specialized for `view`) whose family sees `problem` as
+    `view` (it has no kernels of the problem's own cell)."""
+    solver = solver_for(problem.op)
+    listed = with_specialized(instances_of_cell(view.op, view.layout, view.dtype, view.ndim), view)
+    return [i for i in listed if solver.problem_seen_by(i.family, problem) == view]
 
 
 def explain(problem: Any, instances: Sequence[Instance] | None = None,
@@ -99,6 +117,9 @@ def explain(problem: Any, instances: Sequence[Instance] | None = None,
     (those that do are left out)."""
     if not instances:
         instances = with_specialized(all_instances(), problem)
+        view = solver_for(problem.op).lower_rank_view(problem)
+        if view is not None:  # the view's specialized points, which no listing holds
+            instances = with_specialized(instances, view)
     result = []
     for inst in instances:
         if inst.op is not problem.op:

@@ -385,22 +385,39 @@ class OpModule(ABC, Generic[Q]):
             return self.family(family).supported_cells()
         return frozenset().union(*(f.supported_cells() for f in self.family_list))
 
-    # --- forwarded to the family -----------------------------------------------------------------
+    # --- problems of lower rank ------------------------------------------------------------------
+    def lower_rank_view(self, problem: Q) -> Q | None:
+        """The same computation on the same tensors as a problem of lower rank, or None (the default: an
+        op whose problems have no such view)."""
+        return None
+
+    def problem_seen_by(self, family: str, problem: Q) -> Q:
+        """The problem `family` computes for `problem`: itself, or its lower-rank view where the family has
+        no kernels of the problem's own cell but has them for the view's."""
+        view = self.lower_rank_view(problem)
+        if view is None:
+            return problem
+        cells = self.family(family).supported_cells()
+        if (problem.layout, problem.dtype, problem.ndim) in cells:
+            return problem
+        return view if (view.layout, view.dtype, view.ndim) in cells else problem
+
+    # --- forwarded to the family (which sees `problem_seen_by`) ------------------------------------
     def cell_allows(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> bool:
         return self.family(family).cell_allows(params, layout, dtype, ndim)
 
     def why_not(self, family: str, params: Any, problem: Q, target: DeviceTarget = DEFAULT_TARGET) -> str | None:
         fam = self.family(family)
-        return fam.why_not_on(params, target) or fam.why_not(params, problem, target)
+        return fam.why_not_on(params, target) or fam.why_not(params, self.problem_seen_by(family, problem), target)
 
     def launch_plan(self, family: str, params: Any, problem: Q, target: DeviceTarget = DEFAULT_TARGET) -> LaunchPlan:
-        return self.family(family).launch_plan(params, problem, target)
+        return self.family(family).launch_plan(params, self.problem_seen_by(family, problem), target)
 
     def template_values(self, family: str, params: Any, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
         return self.family(family).template_values(params, layout, dtype, ndim)
 
     def heuristic_score(self, family: str, params: Any, problem: Q, target: DeviceTarget = DEFAULT_TARGET) -> float:
-        return self.family(family).heuristic_score(params, problem, target)
+        return self.family(family).heuristic_score(params, self.problem_seen_by(family, problem), target)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from ...problem import ConvProblem, DType, Layout, Scalar, parse_conv_problem
 from ..base import F32, I32, Buf, OpModule, Role, Struct, TensorSpec
 from . import layouts as cl
+from .fold import lower_rank
 
 INT32_LIMIT = 2**31 - 1
 
@@ -52,6 +53,10 @@ class ConvOp(OpModule[ConvProblem]):
 
     def parse_problem(self, spec: str, layout: Layout, dtype: DType) -> ConvProblem:
         return parse_conv_problem(spec, layout, dtype, self.op)
+
+    def lower_rank_view(self, problem: ConvProblem) -> ConvProblem | None:
+        """A 3-D problem that is a 2-D one on the same tensors (factory.ops.conv.fold)."""
+        return lower_rank(problem)
 
     def scalar_of(self, problem: ConvProblem, name: str) -> Scalar:
         """Storage type of a tensor: inputs in the tensor dtype, the written tensor in the weight dtype."""

@@ -3,9 +3,9 @@
 1. Every applicable instance of every family on each of PROBLEMS (both layouts, every dtype and rank; odd
    C and K, stride 2, N=1, 7x7, dilation, biases, each activation), through the tuner: outputs poisoned,
    every element checked. One test per (family, problem).
-2. 100 seeded random problems per family through Kernel.run on PyTorch tensors, each with the instance the
-   heuristic ranks first, against PyTorch's depthwise and pointwise convolutions with the same biases and
-   activations."""
+2. 100 seeded random problems per family (those it serves, for a family that serves only some) through
+   Kernel.run on PyTorch tensors, each with the instance the heuristic ranks first, against PyTorch's
+   depthwise and pointwise convolutions with the same biases and activations."""
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from factory.device import target_for
 from factory.ops.dwsep_conv_fwd import SOLVER
 from factory.problem import DType, InvalidProblem, Layout
+from factory.selector import lookup
 from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
 
 pytestmark = pytest.mark.gpu
@@ -54,6 +55,9 @@ def test_every_applicable_instance_matches_reference(family, problem, gpu_backen
 
 SEED = 2031
 COUNT = 100
+# Families that serve only some layers (twopass: fp16 and bf16, C a multiple of 8), each with the fewest of the
+# COUNT draws it must run.
+PARTIAL = {"twopass": 25}
 
 
 def random_problems() -> list:
@@ -94,11 +98,14 @@ def test_families_match_pytorch_on_random_problems(family, gpu_backend):
         pytest.skip("PyTorch without CUDA")
     torch.backends.cudnn.allow_tf32 = False
     target = target_for(gpu_backend.device_info())
-    picks, failures = heuristic_picks(family, random_problems(), target)
+    drawn = random_problems()
+    if family in PARTIAL:
+        drawn = [p for p in drawn if any(c.family == family for c in lookup(p, target=target))]
+    picks, failures = heuristic_picks(family, drawn, target)
     if not picks:
         pytest.skip(f"no {family} instance runs on {target.arch}")
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements
     print(f"{family}: {ran} random problems run against PyTorch, {len(failures)} failed")
     assert not failures, "\n".join(failures)
-    assert ran == COUNT
+    assert ran == len(drawn) and ran >= PARTIAL.get(family, COUNT)

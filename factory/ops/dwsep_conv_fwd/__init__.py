@@ -9,6 +9,9 @@ keep it on chip and multiply it straight into the pointwise sums.
   pointwise weights with matrix instructions (mma.sync; fp32 as three TF32 products). Filter, stride
   and dilation are compiled in per problem.
 - `fused_mfma`: the same kernel on AMD CDNA matrix cores (MFMA, 64-lane wavefronts).
+- `twopass`: not fused: the depthwise outputs computed once into a workspace (in L2 where it fits), then the
+  pointwise GEMM over them on warpgroup MMA, two launches; for wide K, where `fused` computes each position's
+  depthwise outputs again in every block of output channels.
 
 Numerics: the depthwise sums and both biases in fp32; the depthwise output is rounded to the tensors'
 dtype where it becomes a matrix operand (PyTorch's two calls round it the same way, by storing it),
@@ -26,6 +29,7 @@ from ...problem import DType, Layout, Op
 from ..base import DeviceReference, OpModule, Role, TensorSpec, Tolerance, TorchBaseline
 from .device_reference import dwsep_device_reference
 from .fused import Fused, FusedMfma, FusedParams
+from .twopass import Twopass
 from .problem import Activation, DwsepProblem, parse_dwsep_problem
 from .reference import forward
 
@@ -37,7 +41,7 @@ class DwsepConvFwd(OpModule[DwsepProblem]):
     """The `dwsep_conv_fwd` op (see factory.ops.base.OpModule)."""
 
     op = Op.DWSEP_CONV_FWD
-    family_list = (Fused(), FusedMfma())
+    family_list = (Fused(), FusedMfma(), Twopass())
     # Leave-one-out over the H100 fused DBs of the suite and seeds 21, 52-58 pooled (231 problems): neighbours
     # within 5 served 44 at 1.358x the winner where the prior gave 1.116x; within 2, 3 at 1.151x against
     # 1.327x. AUTO over all 1.155x (worst 3.27) at reach 5, 1.110x (worst 1.80) at 2 (bench/NOTES.md 63).

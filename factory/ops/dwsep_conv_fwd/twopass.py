@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from ...device import DeviceTarget, MatrixUnit
 from ...problem import DType, Layout
-from ..base import Buf, Family, Launch, LaunchPlan, params_from_suffix
+from ..base import Buf, Family, Launch, LaunchPlan
 from ..conv import cpp_type
 from ..conv import layouts as cl
 from ..conv.shape import CompiledShape, Shape
@@ -91,9 +91,6 @@ class Twopass(CompiledShape, Family[TwopassParams, DwsepProblem]):
 
     def cell_allows(self, params: TwopassParams, layout: Layout, dtype: DType, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim
-
-    def parse_suffix(self, suffix: str) -> Any:
-        return params_from_suffix(self.suffix_re, self.params_type, suffix, {"shape": str})
 
     def needs(self, params: TwopassParams) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.WGMMA})

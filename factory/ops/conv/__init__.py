@@ -56,7 +56,7 @@ class ConvOp(OpModule[ConvProblem]):
 
     def lower_rank_view(self, problem: ConvProblem) -> ConvProblem | None:
         """A 3-D problem that is a 2-D one on the same tensors (factory.ops.conv.fold)."""
-        return lower_rank(problem)
+        return lower_rank(problem) if problem.ndim == 3 else None  # asked once per instance a lookup weighs
 
     def scalar_of(self, problem: ConvProblem, name: str) -> Scalar:
         """Storage type of a tensor: inputs in the tensor dtype, the written tensor in the weight dtype."""

@@ -1,8 +1,9 @@
-"""Fused depthwise-separable forward: Out = act_pw(PW(act_dw(DW(In) + bias_dw)) + bias_pw) in one kernel.
+"""Depthwise-separable forward: Out = act_pw(PW(act_dw(DW(In) + bias_dw)) + bias_pw).
 
 The op: its problem (problem.py), tensors, numpy reference, tolerances and PyTorch baseline (the two
-convolutions it replaces). The depthwise output, as large as the input, never goes to DRAM: the families
-keep it on chip and multiply it straight into the pointwise sums.
+convolutions it replaces). The depthwise output is as large as the input: the fused families keep it on
+chip and multiply it straight into the pointwise sums in one kernel; `twopass` passes it through a
+workspace (in L2 where it fits) between two launches, for wide K.
 - `fused`: a block owns a tile of output positions x output channels; for each chunk of input channels
   its threads compute the depthwise outputs on the vector units into shared memory, in the matrix
   engine's operand layout (templates/common/igemm.h Config), and its warps multiply them by the

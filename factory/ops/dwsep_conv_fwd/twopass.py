@@ -132,12 +132,12 @@ class Twopass(CompiledShape, Family[TwopassParams, DwsepProblem]):
         """Above `fused` (whose scores run 0-5) on NCHW-style layers and on channels-last ones with C x K of at
         least WIDE_PRODUCTS, below it elsewhere; within the family, tiles the GEMM fills and a wave of blocks.
 
-        On the H100 (random seed 59, 16-bit layers both families served, every candidate timed;
-        bench/NOTES.md 86) twopass ran 1.13-3.7x faster than fused's best on all 7 NCHW-style layers (fused
-        reads those position by position), and on channels-last ones 2.5x at mnv1_b1024 (C = K = 1024),
-        1.31x at C = 952, K = 208, 0.99x at C = K = 352 and 0.47-0.95x on the 10 with smaller C x K, where
-        fused's few channel tiles cost little and the workspace's round trip is all loss. The within-family
-        terms pick 1.02x the best twopass point geomean on those 20 layers (worst 1.12)."""
+        On the H100 (random seed 59, the 20 16-bit layers both families served, every candidate timed;
+        bench/NOTES.md 86) twopass ran 1.20-4.27x faster than fused's best on all 11 NCHW-style ones, and on
+        channels-last ones 2.5x at the suite's mnv1_b1024 (C = K = 1024), 1.31x at C = 952, K = 208, 0.99x at
+        C = K = 352 and 0.47-0.95x on the 7 with smaller C x K, where fused's few channel tiles cost little
+        and the workspace's round trip is all loss. The within-family terms pick 1.03x the best twopass
+        point geomean on those 20 layers (worst 1.12)."""
         rows, cols = _gemm_shape(problem)
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)

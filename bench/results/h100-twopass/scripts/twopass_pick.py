@@ -19,7 +19,7 @@ def rows(path, layout):
 if __name__ == "__main__":
     t = TARGETS["sm_90a"]
     regrets = []
-    for path, layout in (("/tmp/fb/r6.db", "nhwgc"), ("/tmp/fb/r5.db", "ngchw")):
+    for path, layout in ((sys.argv[1], "nhwgc"), (sys.argv[1], "ngchw")):
         for p, times in rows(path, layout):
             s = solver_for(p.op)
             pick = max(times, key=lambda n: s.heuristic_score("twopass", instance_by_name(n).params, p, t))

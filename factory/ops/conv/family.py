@@ -54,8 +54,8 @@ BF16_K16_MISSING = frozenset({"gfx908"})
 
 
 class MmaSyncRules:
-    """What the conv families that need mma.sync and have no portable fallback share (the `gwl` families):
-    NVIDIA sm_80 or newer. Listed before the op's family base."""
+    """What the families that need mma.sync and have no portable fallback share (`mma`, `gwl`, `dwm`, the
+    fused forward's `fused`): NVIDIA sm_80 or newer. Listed before the op's family base."""
 
     def needs(self, params: Any) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.MMA_SYNC})
@@ -67,8 +67,8 @@ class MmaSyncRules:
 
 
 class WgmmaRules:
-    """What the conv ops' wgmma families (subclasses of their `mma` family) share: they need Hopper's
-    warpgroup MMA (sm_90a), not mma.sync. Listed before the `mma` family among the bases."""
+    """What the warpgroup-MMA families (`wgmma`, `pw`, the fused forward's `twopass`) share: they need Hopper's
+    warpgroup MMA (sm_90a), not mma.sync. Listed before the family's other bases (`mma` for `wgmma`)."""
 
     def needs(self, params: Any) -> frozenset[MatrixUnit]:
         return frozenset({MatrixUnit.WGMMA})

@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout, conv_out_size
 from ..base import Launch, Struct, params_from_suffix
+from ..conv.family import MmaSyncRules
 from ..conv.shape import CompiledShape, Shape, spell_shape, hw
 from .common import BwdDataFamily
 from .dwp import DWP_LEVEL
@@ -146,7 +147,7 @@ _SUFFIX_RE = re.compile(
     r"w(?P<warps>\d+)_d(?P<depth>\d+)_l(?P<slots>\d+)_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)_(?P<plane>i[0-9xp]+)")
 
 
-class Dwm(CompiledShape, BwdDataFamily):
+class Dwm(MmaSyncRules, CompiledShape, BwdDataFamily):
     name = "dwm"
     template = "conv_bwd_data/dwm.hip.j2"
     params_type = DwmParams
@@ -172,11 +173,6 @@ class Dwm(CompiledShape, BwdDataFamily):
 
     def layout_values(self, params: DwmParams, layout: Layout) -> dict[str, Any]:
         return {"planes_by_image": layout is Layout.GNHWC}
-
-    def why_not_on(self, params: DwmParams, target: DeviceTarget) -> str | None:
-        if MatrixUnit.MMA_SYNC not in target.matrix_units:
-            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
-        return None
 
     def why_not_here(self, p: DwmParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         refusal = depthwise_refusal(self, p, problem, 0)

@@ -15,11 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Buf, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
-from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, MmaSyncRules
 from ..conv import kernel_args
 from ..conv.transpose import TRANSPOSE_TILE, copy_regions, transpose_launch, transpose_values
 from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, reduction_rows, result_scalar
@@ -164,7 +164,7 @@ def pointwise(problem: ConvProblem) -> bool:
             and not any(problem.pad_left) and not any(problem.pad_right))
 
 
-class Mma(BwdDataFamily):
+class Mma(MmaSyncRules, BwdDataFamily):
     name = "mma"
     template = "conv_bwd_data/mma.hip.j2"
     params_type = MmaParams
@@ -178,14 +178,6 @@ class Mma(BwdDataFamily):
         if dtype in K32_DTYPES and params.block_k % 32:
             return False
         return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
-
-    def needs(self, params: MmaParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.MMA_SYNC})
-
-    def why_not_on(self, params: MmaParams, target: DeviceTarget) -> str | None:
-        if MatrixUnit.MMA_SYNC not in target.matrix_units:
-            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
-        return None
 
     def why_not_here(self, p: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         if problem.C == 1 and problem.K == 1:

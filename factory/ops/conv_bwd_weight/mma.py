@@ -19,7 +19,7 @@ from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, Struct
 from ..conv import INT32_LIMIT, geometry_ints, too_large
 from ..conv import layouts as cl
-from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, fill_score
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, MmaSyncRules, fill_score
 from ..conv.transpose import transpose_values
 from .common import (ALL_CELLS, GRID_Y_LIMIT, INT8_SAT_CELLS, BwdWeightFamily, Reduction, check_split,
                      grid_finish_refusal, reduction_length)
@@ -118,7 +118,7 @@ def gemm_template_values(p: Any, engine: str) -> dict[str, Any]:
     }
 
 
-class Mma(BwdWeightFamily):
+class Mma(MmaSyncRules, BwdWeightFamily):
     name = "mma"
     template = "conv_bwd_weight/mma.hip.j2"
     params_type = MmaParams
@@ -135,14 +135,6 @@ class Mma(BwdWeightFamily):
             return False
         return max(params.vector_a, params.vector_b) * OPERAND_BYTES[dtype] <= CHUNK_BYTES_MAX
 
-
-    def why_not_on(self, params: MmaParams, target: DeviceTarget) -> str | None:
-        if MatrixUnit.MMA_SYNC not in target.matrix_units:
-            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
-        return None
-
-    def needs(self, params: MmaParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.MMA_SYNC})
 
     def why_not(self, params: MmaParams, problem: ConvProblem, target: DeviceTarget) -> str | None:
         # 64-bit offsets take tensors of 2^31 elements or more, as long as each stride fits the argument

@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import DType, Layout
 from ..base import Buf, Family, I32, Launch, LaunchPlan, Struct, params_from_suffix
 from ..conv import cpp_type
 from ..conv import layouts as cl
-from ..conv.family import CHUNK_BYTES_MAX, LANES, MFMA_TILE, MMA_K, MMA_M, MMA_N, WAVE_LANES, MfmaRules, fill_score
+from ..conv.family import CHUNK_BYTES_MAX, LANES, MFMA_TILE, MMA_K, MMA_M, MMA_N, WAVE_LANES, MfmaRules, MmaSyncRules, fill_score
 from ..conv.shape import CompiledShape, Shape
 from .problem import Activation, DwsepProblem
 
@@ -170,7 +170,7 @@ def dwsep_args(problem: DwsepProblem) -> Struct:
     return Struct(DWSEP_ARGS, pointers + tuple((name, I32(v)) for name, v in ints))
 
 
-class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
+class Fused(MmaSyncRules, CompiledShape, Family[FusedParams, DwsepProblem]):
     name = "fused"
     template = "dwsep_conv_fwd/fused.hip.j2"
     params_type = FusedParams
@@ -189,14 +189,6 @@ class Fused(CompiledShape, Family[FusedParams, DwsepProblem]):
     def parse_suffix(self, suffix: str) -> Any:
         return params_from_suffix(self.suffix_re, self.params_type, suffix,
                                   {"shape": str, "item_bytes": lambda v: int(v or 0)})
-
-    def needs(self, params: FusedParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.MMA_SYNC})
-
-    def why_not_on(self, params: FusedParams, target: DeviceTarget) -> str | None:
-        if MatrixUnit.MMA_SYNC not in target.matrix_units:
-            return f"needs mma.sync (NVIDIA sm_80 or newer), which target {target.arch} lacks"
-        return None
 
     def why_not(self, p: FusedParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         wrong = self.wrong_shape(p.shape, p.compiled, problem)

@@ -22,11 +22,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...device import DeviceTarget, MatrixUnit
+from ...device import DeviceTarget
 from ...problem import DType, Layout
 from ..base import Buf, Family, Launch, LaunchPlan
 from ..conv import cpp_type
 from ..conv import layouts as cl
+from ..conv.family import WgmmaRules
 from ..conv.shape import CompiledShape, Shape
 from ..conv.warpgroups import OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
 from .fused import INT32_LIMIT, dwsep_args
@@ -78,7 +79,7 @@ class TwopassParams(StackedWarpgroups):
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_(?P<shape>[a-z0-9x]+)")
 
 
-class Twopass(CompiledShape, Family[TwopassParams, DwsepProblem]):
+class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
     name = "twopass"
     template = "dwsep_conv_fwd/twopass.hip.j2"
     params_type = TwopassParams
@@ -91,9 +92,6 @@ class Twopass(CompiledShape, Family[TwopassParams, DwsepProblem]):
 
     def cell_allows(self, params: TwopassParams, layout: Layout, dtype: DType, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim
-
-    def needs(self, params: TwopassParams) -> frozenset[MatrixUnit]:
-        return frozenset({MatrixUnit.WGMMA})
 
     def why_not(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         wrong = self.wrong_shape(p.shape, p.compiled, problem)

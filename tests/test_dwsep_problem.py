@@ -162,6 +162,7 @@ def test_suite_refuses_a_layout_without_kernels(tmp_path):
 # --- the prior ---------------------------------------------------------------------------------------
 from factory.device import target_for_device  # noqa: E402
 from factory.ops.dwsep_conv_fwd.fused import Fused, FusedMfma, FusedParams  # noqa: E402
+from factory.ops.dwsep_conv_fwd.twopass import preferred_strip  # noqa: E402
 from factory.selector import heuristic_pick, lookup  # noqa: E402
 
 
@@ -267,9 +268,11 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
 
 
 @pytest.mark.parametrize(("layout", "dtype", "spec", "family"), [
-    # Measured on the H100 (bench/NOTES.md §86): twopass 2.5x fused on mnv1_b1024 (C = K = 1024), 1.31x at
-    # C = 952, K = 208; fused 1.05x at C = 144, K = 192 and 1.6x at C = 16; twopass 1.20-4.27x on NCHW-style layers.
+    # Measured on the H200 (bench/NOTES.md §87): twopass 2.7x fused on mnv1_b1024 (C = K = 1024), 1.30x at
+    # C = 952, K = 208, 2.46x at C = K = 352 under 7x7; fused 1.01x at C = 144, K = 192 and 1.5x at C = 16;
+    # twopass 1.33-4.51x on NCHW-style layers.
     (Layout.NHWGC, DType.FP16, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", "twopass"),
+    (Layout.NHWGC, DType.BF16, "N=16,C=352,K=352,input=22x41,filter=7x7,pad=3", "twopass"),
     (Layout.NHWGC, DType.FP16, "N=8,C=952,K=208,input=94x94,filter=3x3,stride=2,pad=1", "twopass"),
     (Layout.NHWGC, DType.FP16, "N=64,C=144,K=192,input=32x32,filter=3x3,pad=2,dilation=2", "fused"),
     (Layout.NHWGC, DType.BF16, "N=8,C=16,K=272,input=23x20,filter=3x3,pad=1", "fused"),
@@ -278,3 +281,19 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
 ])
 def test_the_prior_takes_twopass_for_wide_channels_and_nchw_style_layers(layout, dtype, spec, family):
     assert heuristic_pick(SOLVER.parse_problem(spec, layout, dtype), target=H100).family == family
+
+
+@pytest.mark.parametrize(("layout", "spec", "strip"), [
+    (Layout.NGCHW, "N=16,C=520,K=144,input=40x40,filter=7x7,pad=3", 4),  # 7 taps along W: 4 positions a thread
+    (Layout.NHWGC, "N=64,C=160,K=384,input=156,filter=15,pad=7", 8),  # 15 taps: the longest strip
+    (Layout.NHWGC, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", 2),
+    (Layout.NHWGC, "N=8,C=952,K=208,input=94x94,filter=3x3,stride=2,pad=1", 1),  # stride 2: one column shared
+    (Layout.NHWGC, "N=8,C=16,K=272,input=23x20,filter=3x3,pad=1", 1),  # 3680 threads at strip 2: too few
+    (Layout.NGCHW, "N=4,C=312,K=312,input=12x12,filter=7x7,pad=3", 2),  # 5616 threads at strip 4
+])
+def test_the_prior_prefers_longer_depthwise_strips_for_wider_filters(layout, spec, strip):
+    problem = SOLVER.parse_problem(spec, layout, DType.FP16)
+    assert preferred_strip(problem) == strip
+    firsts = [i for i in lookup(problem, target=H100) if i.family == "twopass"]
+    best = max(firsts, key=lambda i: SOLVER.families["twopass"].heuristic_score(i.params, problem, H100))
+    assert best.params.strip == strip

@@ -51,10 +51,13 @@ class TwopassParams(StackedWarpgroups):
     block_n: int  # GEMM columns (output channels channels-last, a sample's positions NCHW-style)
     block_k: int  # input channels a pipeline stage holds: whole 64-element swizzle rows
     stages: int
+    strip: int  # output positions along W a depthwise thread computes (a filter row's inputs read once for them)
     shape: str  # the depthwise filter, stride and dilation, compiled in (conv.shape.spell_shape)
 
     def __post_init__(self) -> None:
         self.check_block()
+        if self.strip < 1:
+            raise ValueError(f"strip={self.strip}: a depthwise thread computes at least one position")
         check_pipeline(self, self.threads, SWIZZLE_ROW)  # both operands K-major: whole swizzle rows
         if Shape.parse(self.shape) is None:
             raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
@@ -64,19 +67,20 @@ class TwopassParams(StackedWarpgroups):
         return Shape.checked(self.shape)
 
     def suffix(self) -> str:
-        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_{self.shape}"
+        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}_{self.shape}"
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {
             "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k, "groups_m": self.groups_m,
-            "threads": self.threads, "stages": self.stages, "chunk": CHUNK, "depthwise_threads": DEPTHWISE_THREADS,
+            "threads": self.threads, "stages": self.stages, "chunk": CHUNK, "strip": self.strip,
+            "depthwise_threads": DEPTHWISE_THREADS,
             "wgmma_a_k_major": True, "wgmma_b_k_major": True}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
         return values
 
 
-_SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_(?P<shape>[a-z0-9x]+)")
+_SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_w(?P<strip>\d+)_(?P<shape>[a-z0-9x]+)")
 
 
 class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
@@ -118,7 +122,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
 
     def launch_plan(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
         args = (dwsep_args(problem), Buf("workspace"))
-        threads = problem.positions * problem.C // CHUNK
+        threads = _depthwise_threads(problem, p.strip)
         depthwise = Launch("kf_depthwise", (math.ceil(threads / DEPTHWISE_THREADS), 1, 1),
                            (DEPTHWISE_THREADS, 1, 1), args)
         samples = 1 if problem.channels_last else problem.N
@@ -127,31 +131,58 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         return LaunchPlan((depthwise, main), workspace_bytes=workspace_bytes(problem))
 
     def heuristic_score(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> float:
-        """Above `fused` (whose scores run 0-5) on NCHW-style layers and on channels-last ones with C x K of at
-        least WIDE_PRODUCTS, below it elsewhere; within the family, tiles the GEMM fills and a wave of blocks.
+        """Above `fused` (whose scores run 0-5) on NCHW-style layers and on channels-last ones whose C x K x taps
+        reaches WIDE_WORK, below it elsewhere; within the family, the preferred strip (preferred_strip), then
+        tiles the GEMM fills and a wave of blocks.
 
-        On the H100 (random seed 59, the 20 16-bit layers both families served, every candidate timed;
-        bench/NOTES.md 86) twopass ran 1.20-4.27x faster than fused's best on all 11 NCHW-style ones, and on
-        channels-last ones 2.5x at the suite's mnv1_b1024 (C = K = 1024), 1.31x at C = 952, K = 208, 0.99x at
-        C = K = 352 and 0.47-0.95x on the 7 with smaller C x K, where fused's few channel tiles cost little
-        and the workspace's round trip is all loss. The within-family terms pick 1.03x the best twopass
-        point geomean on those 20 layers (worst 1.12)."""
+        On the H200 (random seed 59, the 20 16-bit layers both families served, every candidate timed;
+        bench/NOTES.md 87) twopass with strips ran 1.33-4.51x faster than fused's best on all 11 NCHW-style
+        ones; channels-last, it won the 5 with C x K x taps of 0.52-6.1 M (1.06-2.46x) and fused the 4
+        at 0.44 M and below (1.01-1.52x) and the suite's mnv1_b64 (74 k, 1.43x): WIDE_WORK lies between. `fused` recomputes the depthwise
+        stage for every tile of output channels, which costs with K and with the taps; twopass pays the
+        workspace's round trip once."""
         rows, cols = _gemm_shape(problem)
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)
         fill = min(math.log2(max(blocks, 1)) / math.log2(target.processors), 1.0)
-        preferred = not problem.channels_last or problem.C * problem.K >= WIDE_PRODUCTS
-        return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill
+        off_strip = abs(math.log2(p.strip / preferred_strip(problem)))
+        preferred = not problem.channels_last or problem.C * problem.K * math.prod(problem.filter) >= WIDE_WORK
+        return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip
 
 
 TWOPASS_LEVEL = 5.0
-WIDE_PRODUCTS = 2**17  # channels-last C x K from which fused's recomputed depthwise stage costs more than the workspace
+WIDE_WORK = 500_000  # channels-last C x K x taps from which fused's recomputed depthwise stage costs more than the workspace
+STRIP_STEP = 0.5  # the prior's cost of each doubling or halving away from the preferred strip
+FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
+
+
+def preferred_strip(problem: DwsepProblem) -> int:
+    """The strip the prior ranks first: half the columns two adjacent outputs share along W (FX - SW + 1),
+    rounded up to a power of two and at most 8, halved while kf_depthwise would have under FEW_THREADS threads.
+
+    Measured on the H200 (random seed 59's 20 layers twopass served; bench/NOTES.md 87): a strip's gain over
+    one position grows with the filter's width (7x7: 1.2-2.5x, 3x3: 1.0-1.4x); with stride 2, or C = 16 at
+    small sizes, one position ran fastest. This rule's strip ran 0.89-1.0x as fast as the best strip there
+    (geomean 0.98), and on the suite's two mnv1 layers 0.92-1.0x."""
+    fx, sw = problem.filter[-1], problem.stride[-1]
+    strip = 1
+    while strip < min(8, (fx - sw + 1) / 2):
+        strip *= 2
+    while strip > 1 and _depthwise_threads(problem, strip) < FEW_THREADS:
+        strip //= 2
+    return strip
 
 
 def workspace_bytes(problem: DwsepProblem) -> int:
     """The depthwise outputs, N x positions x C in the operand type, rounded up to WORKSPACE_ALIGN."""
     size = problem.positions * problem.C * OPERAND_BYTES
     return (size + WORKSPACE_ALIGN - 1) // WORKSPACE_ALIGN * WORKSPACE_ALIGN
+
+
+def _depthwise_threads(problem: DwsepProblem, strip: int) -> int:
+    """kf_depthwise's threads: one per strip of `strip` output positions along W and chunk of channels."""
+    strips = math.ceil(problem.output[-1] / strip)
+    return problem.N * math.prod(problem.output[:-1]) * strips * (problem.C // CHUNK)
 
 
 def _gemm_shape(problem: DwsepProblem) -> tuple[int, int]:

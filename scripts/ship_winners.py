@@ -31,7 +31,7 @@ def main() -> int:
             db.close()
         if not document.winners:
             return _fail(f"{args.db}: no servable winner recorded on {args.arch}; nothing written")
-        write_document(args.out, document)
+        write_document(args.out, document, compact=True)
     except (TuningDBError, KernelFactoryError) as exc:
         return _fail(" ".join(str(exc).split()))
     for line in left_out:

@@ -179,6 +179,7 @@ def test_the_ship_script_writes_a_file_the_loader_reads_and_refuses_a_missing_db
     out = tmp_path / "shipped" / "sm_90.json"
     out.parent.mkdir()
     assert run("--db", str(tmp_path / "tuned.sqlite"), "--arch", "sm_90", "--out", str(out)) == 0
+    assert "\n" not in out.read_text().rstrip()  # compact: thousands of winners, read by programs only
     monkeypatch.setenv("KFACTORY_SHIPPED", str(out.parent))
     assert lookup_shipped(PROBLEM, NEW_DRIVER).instance.name == winner
     assert run("--db", str(tmp_path / "missing.sqlite"), "--arch", "sm_90", "--out", str(out)) == 2

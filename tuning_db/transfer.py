@@ -80,14 +80,16 @@ class _Invalid(ValueError):
 
 
 # --- writing -------------------------------------------------------------------------------------
-def write_document(path: str | os.PathLike[str], document: TransferDocument) -> None:
+def write_document(path: str | os.PathLike[str], document: TransferDocument, *, compact: bool = False) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half an export.
 
-    The file gets the mode a new file of this process would (0666 less the umask).
+    The file gets the mode a new file of this process would (0666 less the umask). `compact` leaves out
+    the indentation and spaces (the package's shipped files: thousands of winners, read by programs only).
     """
     target = Path(path)
     check_export_target(target)
-    payload = json.dumps(_encode(document), indent=1, allow_nan=False)
+    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 1}
+    payload = json.dumps(_encode(document), allow_nan=False, **layout)
     tmp: str | None = None
     # One protected region from the temp file's creation on: a Ctrl-C between creating it and entering
     # a second `try` would leave it behind.

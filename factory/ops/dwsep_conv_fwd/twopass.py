@@ -3,14 +3,15 @@
 
 Where K is wide, `fused` computes a position tile's depthwise outputs again in every block of output channels,
 and that stage, not the multiplications, bounds its issue (bench/NOTES.md §36, §83: mnv1_b1024 at 8 % of its
-roofline). Here `kf_depthwise` computes each depthwise output once (a thread 16 bytes of one position's
-channels; fp32 sums, bias and activation, rounded once to the operand type as `fused` rounds them) into a
-channels-last workspace of N x positions x C, and `kf_main` multiplies it by the pointwise weights: the
+roofline). Here `kf_depthwise` computes each depthwise output once (a thread 16 bytes of channels at a strip
+of 1-8 positions along W, each input column loaded once for the strip; fp32 sums, bias and activation,
+rounded once to the operand type as `fused` rounds them) into a channels-last workspace of N x positions x C,
+and `kf_main` multiplies it by the pointwise weights: the
 engine's main loop on run matrices (templates/common/igemm_rows.h, both operands K-major, sm_90a wgmma),
 bias and activation in the store. Channels-last, the GEMM's rows are the positions and its columns the
 output channels; NCHW-style, each sample's GEMM transposed (rows the output channels, a sample a grid z).
 
-The workspace is as large as the input. Where it fits in L2 (50 MB on the H100) it mostly comes back from
+The workspace is as large as the input. Where it fits in L2 (50 MB on the H100, 60 MB on the H200) it mostly comes back from
 there; where it does not it makes a DRAM round trip that `fused` never makes, which the tuner weighs.
 fp16 / bf16; C a multiple of 8 (16-byte chunks of the workspace's and the weight's rows).
 """
@@ -138,9 +139,10 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         On the H200 (random seed 59, the 20 16-bit layers both families served, every candidate timed;
         bench/NOTES.md 87) twopass with strips ran 1.33-4.51x faster than fused's best on all 11 NCHW-style
         ones; channels-last, it won the 5 with C x K x taps of 0.52-6.1 M (1.06-2.46x) and fused the 4
-        at 0.44 M and below (1.01-1.52x) and the suite's mnv1_b64 (74 k, 1.43x): WIDE_WORK lies between. `fused` recomputes the depthwise
-        stage for every tile of output channels, which costs with K and with the taps; twopass pays the
-        workspace's round trip once."""
+        at 0.44 M and below (1.01-1.52x) and the suite's mnv1_b64 (74 k, 1.43x): WIDE_WORK lies between.
+        `fused` recomputes the depthwise stage for every tile of output channels, which costs with K and with
+        the taps; twopass pays the workspace's round trip once. Held out (seed 60, 13 layers): the family
+        right on all, the prior alone 1.079x the tuned winner geomean, worst 1.23."""
         rows, cols = _gemm_shape(problem)
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)

@@ -163,7 +163,7 @@ def test_suite_refuses_a_layout_without_kernels(tmp_path):
 from factory.device import target_for_device  # noqa: E402
 from factory.ops.dwsep_conv_fwd.fused import Fused, FusedMfma, FusedParams  # noqa: E402
 from factory.ops.dwsep_conv_fwd.twopass import preferred_strip  # noqa: E402
-from factory.selector import heuristic_pick, lookup  # noqa: E402
+from factory.selector import cell_instances, heuristic_pick, lookup  # noqa: E402
 
 
 def fused_pick(problem: DwsepProblem):
@@ -297,3 +297,13 @@ def test_the_prior_prefers_longer_depthwise_strips_for_wider_filters(layout, spe
     firsts = [i for i in lookup(problem, target=H100) if i.family == "twopass"]
     best = max(firsts, key=lambda i: SOLVER.families["twopass"].heuristic_score(i.params, problem, H100))
     assert best.params.strip == strip
+
+
+def test_strips_that_half_would_cover_are_refused():
+    """Wo = 3: a strip of 4 is one strip a row and 8 is the same strip with more registers."""
+    problem = SOLVER.parse_problem("N=64,C=64,K=64,input=5x5,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
+    assert problem.output[-1] == 3
+    strips = {i.params.strip for i in lookup(problem, target=H100) if i.family == "twopass"}
+    assert strips == {1, 2, 4}
+    eight = next(i for i in cell_instances(problem) if i.family == "twopass" and i.params.strip == 8)
+    assert "fit one strip of 4" in eight.why_not(problem, H100)

@@ -104,6 +104,9 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
             return wrong
         if problem.C % CHUNK:
             return f"C={problem.C} must be a multiple of {CHUNK} (16-byte chunks of the workspace's rows)"
+        if redundant_strip(p.strip, problem):
+            return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
+                    f"{p.strip // 2}; a longer one only costs registers")
         largest = max(problem.N * problem.C * math.prod(problem.input), problem.positions * problem.K,
                       problem.positions * problem.C)
         if largest > INT32_LIMIT:
@@ -170,9 +173,14 @@ def preferred_strip(problem: DwsepProblem) -> int:
     strip = 1
     while strip < min(8, (fx - sw + 1) / 2):
         strip *= 2
-    while strip > 1 and _depthwise_threads(problem, strip) < FEW_THREADS:
+    while strip > 1 and (_depthwise_threads(problem, strip) < FEW_THREADS or redundant_strip(strip, problem)):
         strip //= 2
     return strip
+
+
+def redundant_strip(strip: int, problem: DwsepProblem) -> bool:
+    """Whether half the strip already covers the output's width: the same single strip a row, more registers."""
+    return strip > 1 and strip // 2 >= problem.output[-1]
 
 
 def workspace_bytes(problem: DwsepProblem) -> int:

@@ -85,8 +85,14 @@ CASES = [
          lambda p: p.block_m == 128 and p.strip == 8),
     Case("twopass-ngchw-fp16-3d", "twopass", L.NGCHW, D.FP16, "N=1,C=16,K=70,input=3x5x4,filter=3x1x3,pad=1x0x1,bias_dw=1,act_dw=relu",
          lambda p: p.strip == 1),
-    # Over 25 taps: the weights read where a filter row starts rather than held in registers.
     Case("twopass-nhwgc-fp16-2d-7x7", "twopass", L.NHWGC, D.FP16, "N=2,C=16,K=24,input=9x8,filter=7x7,pad=3,bias_dw=1",
+         lambda p: p.strip == 4),
+    # Channels-last, a depthwise block's chunks and their shared weights: 33 chunks in groups of 17 and 16 (a
+    # lane of the second group idle), the last block of strips part full; under 13x13, at most 17 chunks a
+    # group (19 in groups of 10 and 9).
+    Case("twopass-nhwgc-bf16-2d-groups", "twopass", L.NHWGC, D.BF16, "N=2,C=264,K=20,input=5x7,filter=3x3,pad=1,bias_dw=1",
+         lambda p: p.strip == 2 and p.block_n == 64),
+    Case("twopass-nhwgc-fp16-2d-13x13", "twopass", L.NHWGC, D.FP16, "N=1,C=152,K=8,input=6x7,filter=13x13,pad=6,act_dw=relu",
          lambda p: p.strip == 4),
 ]
 
@@ -133,6 +139,25 @@ def test_blocks_that_take_several_tiles_compute_the_same(picked: dict[str, Insta
     right = kernel_emulator._plan
     assert right(picked[case.id], case.problem).steps[0].grid[0] >= 3
     monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid(right(i, p), x=lambda gx: math.ceil(gx / 3)))
+    verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
+    assert verdict.ok, verdict.message
+
+
+def test_depthwise_blocks_that_loop_over_strips_compute_the_same(picked: dict[str, Instance],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """twopass channels-last: one kf_depthwise block a group of chunks, looping over every block of strips
+    (as a grid capped at a few blocks an SM does on large layers)."""
+    case = next(c for c in CASES if c.id == "twopass-nhwgc-bf16-2d-groups")
+    right = kernel_emulator._plan
+
+    def one_block_a_group(step: Any) -> Any:
+        if isinstance(step, Launch) and step.entry == "kf_depthwise":
+            return dataclasses.replace(step, grid=(2, 1, 1))  # the case's two groups of chunks
+        return step
+
+    assert right(picked[case.id], case.problem).steps[0].grid[0] == 2 * 3
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: dataclasses.replace(
+        right(i, p), steps=tuple(one_block_a_group(s) for s in right(i, p).steps)))
     verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
     assert verdict.ok, verdict.message
 

@@ -5,8 +5,9 @@ Where K is wide, `fused` computes a position tile's depthwise outputs again in e
 and that stage, not the multiplications, bounds its issue (bench/NOTES.md §36, §83: mnv1_b1024 at 8 % of its
 roofline). Here `kf_depthwise` computes each depthwise output once (a thread 16 bytes of channels at a strip
 of 1-8 positions along W, each input column loaded once for the strip; fp32 sums, bias and activation,
-rounded once to the operand type as `fused` rounds them) into a channels-last workspace of N x positions x C,
-and `kf_main` multiplies it by the pointwise weights: the
+rounded once to the operand type as `fused` rounds them; channels-last, a block's weights copied into shared
+memory by tap so that neighbouring lanes read them as neighbouring 16-byte vectors) into a channels-last
+workspace of N x positions x C, and `kf_main` multiplies it by the pointwise weights: the
 engine's main loop on run matrices (templates/common/igemm_rows.h, both operands K-major, sm_90a wgmma),
 bias and activation in the store. Channels-last, the GEMM's rows are the positions and its columns the
 output channels; NCHW-style, each sample's GEMM transposed (rows the output channels, a sample a grid z).
@@ -38,6 +39,9 @@ CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.NGCH
                   for dtype in (DType.FP16, DType.BF16) for ndim in (1, 2, 3))
 CHUNK = 8  # channels of one 16-byte chunk: a depthwise thread's, and the GEMM's copies'
 DEPTHWISE_THREADS = 256
+GROUP_CHUNKS = 32  # channels-last: a kf_depthwise block's chunks at most (a warp's lanes one strip's chunks)
+SHARED_WEIGHTS_BYTES = 48 * 1024  # channels-last: kf_depthwise's shared copy of its chunks' weights at most
+DEPTHWISE_BLOCKS_PER_SM = 8  # channels-last: kf_depthwise's grid at most; a block loops over the strips beyond
 GRID_LIMIT = 2**31 - 1
 GRID_Z_LIMIT = 65535
 WORKSPACE_ALIGN = 256
@@ -74,7 +78,7 @@ class TwopassParams(StackedWarpgroups):
         values: dict[str, Any] = {
             "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k, "groups_m": self.groups_m,
             "threads": self.threads, "stages": self.stages, "chunk": CHUNK, "strip": self.strip,
-            "depthwise_threads": DEPTHWISE_THREADS,
+            "depthwise_threads": DEPTHWISE_THREADS, "group_chunks": group_chunks(self.compiled),
             "wgmma_a_k_major": True, "wgmma_b_k_major": True}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
@@ -111,6 +115,9 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                       problem.positions * problem.C)
         if largest > INT32_LIMIT:
             return "a tensor or the workspace has 2**31 elements or more; the kernels index with 32-bit integers"
+        if problem.channels_last and shared_weights_bytes(p.compiled) > target.shared_optin:
+            return (f"the depthwise pass's shared weights need {shared_weights_bytes(p.compiled)} bytes, over the "
+                    f"{target.shared_optin} of {target.arch}")
         shared = p.pipeline_bytes()
         if shared > target.shared_optin:
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
@@ -126,9 +133,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
 
     def launch_plan(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
         args = (dwsep_args(problem), Buf("workspace"))
-        threads = _depthwise_threads(problem, p.strip)
-        depthwise = Launch("kf_depthwise", (math.ceil(threads / DEPTHWISE_THREADS), 1, 1),
-                           (DEPTHWISE_THREADS, 1, 1), args)
+        depthwise = _depthwise_launch(p, problem, target, args)
         samples = 1 if problem.channels_last else problem.N
         main = Launch("kf_main", (_tiles(p, problem), 1, samples), (p.threads, 1, 1), args,
                       shared_bytes=p.pipeline_bytes())
@@ -181,6 +186,35 @@ def preferred_strip(problem: DwsepProblem) -> int:
 def redundant_strip(strip: int, problem: DwsepProblem) -> bool:
     """Whether half the strip already covers the output's width: the same single strip a row, more registers."""
     return strip > 1 and strip // 2 >= problem.output[-1]
+
+
+def group_chunks(shape: Shape) -> int:
+    """Channels-last, the most chunks a kf_depthwise block takes: GROUP_CHUNKS, fewer where their weights'
+    shared copy (a row of that many chunks and one of padding a tap) would pass SHARED_WEIGHTS_BYTES."""
+    row_limit = SHARED_WEIGHTS_BYTES // (math.prod(shape.filter) * CHUNK * OPERAND_BYTES)
+    return max(1, min(GROUP_CHUNKS, row_limit - 1))
+
+
+def _depthwise_launch(p: TwopassParams, problem: DwsepProblem, target: DeviceTarget, args: tuple) -> Launch:
+    """kf_depthwise's launch. Channels-last, the chunks split evenly into groups of at most group_chunks, a
+    block a group's chunks of DEPTHWISE_THREADS // (chunks a group) strips at a time, looping over them, its
+    group's weights in shared memory; at most DEPTHWISE_BLOCKS_PER_SM blocks an SM. NCHW-style, a thread a
+    (strip, chunk), DEPTHWISE_THREADS to a block."""
+    block = (DEPTHWISE_THREADS, 1, 1)
+    if not problem.channels_last:
+        return Launch("kf_depthwise", (math.ceil(_depthwise_threads(problem, p.strip) / DEPTHWISE_THREADS), 1, 1),
+                      block, args)
+    chunks = problem.C // CHUNK
+    groups = math.ceil(chunks / group_chunks(p.compiled))
+    per_block = DEPTHWISE_THREADS // math.ceil(chunks / groups)
+    strip_blocks = math.ceil(_depthwise_threads(problem, p.strip) // chunks / per_block)
+    blocks = min(strip_blocks, max(1, DEPTHWISE_BLOCKS_PER_SM * target.processors // groups))
+    return Launch("kf_depthwise", (groups * blocks, 1, 1), block, args, shared_bytes=shared_weights_bytes(p.compiled))
+
+
+def shared_weights_bytes(shape: Shape) -> int:
+    """Channels-last, kf_depthwise's shared copy of a group's weights: a row of group_chunks + 1 chunks a tap."""
+    return math.prod(shape.filter) * (group_chunks(shape) + 1) * CHUNK * OPERAND_BYTES
 
 
 def workspace_bytes(problem: DwsepProblem) -> int:

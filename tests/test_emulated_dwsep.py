@@ -94,6 +94,12 @@ CASES = [
          lambda p: p.strip == 2 and p.block_n == 64),
     Case("twopass-nhwgc-fp16-2d-13x13", "twopass", L.NHWGC, D.FP16, "N=1,C=152,K=8,input=6x7,filter=13x13,pad=6,act_dw=relu",
          lambda p: p.strip == 4),
+    # C not a multiple of 8: the last chunk's padding channels written as zeros, the pointwise weights copied
+    # with zero padding; channels-last inputs and weights read a channel at a time.
+    Case("twopass-ngchw-fp16-2d-c21", "twopass", L.NGCHW, D.FP16,
+         "N=2,C=21,K=19,input=7x6,filter=3x3,pad=1,bias_dw=1,act_dw=relu", lambda p: p.strip == 2),
+    Case("twopass-nhwgc-bf16-2d-c13", "twopass", L.NHWGC, D.BF16,
+         "N=2,C=13,K=24,input=6x9,filter=5x5,pad=2,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu6", lambda p: p.strip == 4),
 ]
 
 

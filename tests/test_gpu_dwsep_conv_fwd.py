@@ -55,7 +55,7 @@ def test_every_applicable_instance_matches_reference(family, problem, gpu_backen
 
 SEED = 2031
 COUNT = 100
-# Families that serve only some layers (twopass: fp16 and bf16, C a multiple of 8), each with the fewest of the
+# Families that serve only some layers (twopass: fp16 and bf16), each with the fewest of the
 # COUNT draws it must run.
 PARTIAL = {"twopass": 25}
 

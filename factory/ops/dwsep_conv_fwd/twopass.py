@@ -14,7 +14,9 @@ output channels; NCHW-style, each sample's GEMM transposed (rows the output chan
 
 The workspace is as large as the input. Where it fits in L2 (50 MB on the H100, 60 MB on the H200) it mostly comes back from
 there; where it does not it makes a DRAM round trip that `fused` never makes, which the tuner weighs.
-fp16 / bf16; C a multiple of 8 (16-byte chunks of the workspace's and the weight's rows).
+fp16 / bf16. The workspace's rows and the GEMM's weight rows are whole 16-byte chunks: where C is not a
+multiple of 8 they are padded with zero channels, the pointwise weights copied so padded by kf_depthwise
+into the workspace after the depthwise outputs.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, ClassVar
 
 from ...device import DeviceTarget
 from ...problem import DType, Layout
-from ..base import Buf, Family, Launch, LaunchPlan
+from ..base import Buf, Family, Launch, LaunchPlan, params_from_suffix
 from ..conv import cpp_type
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
@@ -47,6 +50,19 @@ GRID_Z_LIMIT = 65535
 WORKSPACE_ALIGN = 256
 
 
+class Channels(Enum):
+    """Whether C fills whole 16-byte chunks, compiled in from the problem: WHOLE reads channels-last inputs 16
+    bytes at a time and checks no channel; PADDED reads them a channel at a time, pads the workspace's rows
+    with zero channels and copies the pointwise weights so padded (their rows must be whole chunks too)."""
+
+    WHOLE = "whole"
+    PADDED = "padded"
+
+    @classmethod
+    def of(cls, C: int) -> "Channels":
+        return cls.WHOLE if C % CHUNK == 0 else cls.PADDED
+
+
 @dataclass(frozen=True)
 class TwopassParams(StackedWarpgroups):
     vector_a: ClassVar[int] = CHUNK  # the GEMM copies 16-byte chunks of both operands
@@ -58,6 +74,7 @@ class TwopassParams(StackedWarpgroups):
     stages: int
     strip: int  # output positions along W a depthwise thread computes (a filter row's inputs read once for them)
     shape: str  # the depthwise filter, stride and dilation, compiled in (conv.shape.spell_shape)
+    channels: Channels = Channels.WHOLE  # compiled in from the problem's C
 
     def __post_init__(self) -> None:
         self.check_block()
@@ -72,20 +89,23 @@ class TwopassParams(StackedWarpgroups):
         return Shape.checked(self.shape)
 
     def suffix(self) -> str:
-        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}_{self.shape}"
+        padded = "_cpadded" if self.channels is Channels.PADDED else ""
+        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}_{self.shape}{padded}"
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {
             "block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k, "groups_m": self.groups_m,
             "threads": self.threads, "stages": self.stages, "chunk": CHUNK, "strip": self.strip,
             "depthwise_threads": DEPTHWISE_THREADS, "group_chunks": group_chunks(self.compiled),
+            "whole_chunks": "true" if self.channels is Channels.WHOLE else "false",
             "wgmma_a_k_major": True, "wgmma_b_k_major": True}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
         return values
 
 
-_SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_w(?P<strip>\d+)_(?P<shape>[a-z0-9x]+)")
+_SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_w(?P<strip>\d+)"
+                        r"_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
 
 
 class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
@@ -94,10 +114,16 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
     params_type = TwopassParams
     suffix_re = _SUFFIX_RE
     description = ("the depthwise outputs computed once into a workspace (kept in L2 where it fits), then the "
-                   "pointwise GEMM over them on wgmma (sm_90a): two launches; fp16, bf16, C a multiple of 8")
+                   "pointwise GEMM over them on wgmma (sm_90a): two launches; fp16, bf16")
 
     def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
         return CELLS
+
+    def problem_values(self, problem: DwsepProblem) -> dict[str, Any]:
+        return {**super().problem_values(problem), "channels": Channels.of(problem.C)}
+
+    def parse_suffix(self, suffix: str) -> TwopassParams | None:
+        return params_from_suffix(self.suffix_re, TwopassParams, suffix, {"shape": str, "channels": Channels})
 
     def cell_allows(self, params: TwopassParams, layout: Layout, dtype: DType, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim
@@ -106,13 +132,13 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         wrong = self.wrong_shape(p.shape, p.compiled, problem)
         if wrong:
             return wrong
-        if problem.C % CHUNK:
-            return f"C={problem.C} must be a multiple of {CHUNK} (16-byte chunks of the workspace's rows)"
+        if p.channels is not Channels.of(problem.C):
+            return f"compiled for C {'not ' if p.channels is Channels.PADDED else ''}a multiple of {CHUNK}, problem has C={problem.C}"
         if redundant_strip(p.strip, problem):
             return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
                     f"{p.strip // 2}; a longer one only costs registers")
         largest = max(problem.N * problem.C * math.prod(problem.input), problem.positions * problem.K,
-                      problem.positions * problem.C)
+                      problem.positions * padded_channels(problem))
         if largest > INT32_LIMIT:
             return "a tensor or the workspace has 2**31 elements or more; the kernels index with 32-bit integers"
         if problem.channels_last and shared_weights_bytes(p.compiled) > target.shared_optin:
@@ -132,7 +158,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                                            "channels_last": "true" if layout is Layout.NHWGC else "false"}
 
     def launch_plan(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
-        args = (dwsep_args(problem), Buf("workspace"))
+        padded_pw = Buf("workspace", offset=_depthwise_bytes(problem)) if problem.C % CHUNK else Buf("workspace")
+        args = (dwsep_args(problem), Buf("workspace"), padded_pw)
         depthwise = _depthwise_launch(p, problem, target, args)
         samples = 1 if problem.channels_last else problem.N
         main = Launch("kf_main", (_tiles(p, problem), 1, samples), (p.threads, 1, 1), args,
@@ -204,7 +231,7 @@ def _depthwise_launch(p: TwopassParams, problem: DwsepProblem, target: DeviceTar
     if not problem.channels_last:
         return Launch("kf_depthwise", (math.ceil(_depthwise_threads(problem, p.strip) / DEPTHWISE_THREADS), 1, 1),
                       block, args)
-    chunks = problem.C // CHUNK
+    chunks = padded_channels(problem) // CHUNK
     groups = math.ceil(chunks / group_chunks(p.compiled))
     per_block = DEPTHWISE_THREADS // math.ceil(chunks / groups)
     strip_blocks = math.ceil(_depthwise_threads(problem, p.strip) // chunks / per_block)
@@ -217,16 +244,28 @@ def shared_weights_bytes(shape: Shape) -> int:
     return math.prod(shape.filter) * (group_chunks(shape) + 1) * CHUNK * OPERAND_BYTES
 
 
+def padded_channels(problem: DwsepProblem) -> int:
+    """C rounded up to whole chunks: the workspace's and the GEMM's weight rows."""
+    return math.ceil(problem.C / CHUNK) * CHUNK
+
+
 def workspace_bytes(problem: DwsepProblem) -> int:
-    """The depthwise outputs, N x positions x C in the operand type, rounded up to WORKSPACE_ALIGN."""
-    size = problem.positions * problem.C * OPERAND_BYTES
+    """The depthwise outputs, N x positions x padded_channels in the operand type, rounded up to
+    WORKSPACE_ALIGN; where C is not a multiple of CHUNK, then the padded pointwise weights, K x
+    padded_channels."""
+    padded_pw = problem.K * padded_channels(problem) * OPERAND_BYTES if problem.C % CHUNK else 0
+    return _depthwise_bytes(problem) + padded_pw
+
+
+def _depthwise_bytes(problem: DwsepProblem) -> int:
+    size = problem.positions * padded_channels(problem) * OPERAND_BYTES
     return (size + WORKSPACE_ALIGN - 1) // WORKSPACE_ALIGN * WORKSPACE_ALIGN
 
 
 def _depthwise_threads(problem: DwsepProblem, strip: int) -> int:
     """kf_depthwise's threads: one per strip of `strip` output positions along W and chunk of channels."""
     strips = math.ceil(problem.output[-1] / strip)
-    return problem.N * math.prod(problem.output[:-1]) * strips * (problem.C // CHUNK)
+    return problem.N * math.prod(problem.output[:-1]) * strips * (padded_channels(problem) // CHUNK)
 
 
 def _gemm_shape(problem: DwsepProblem) -> tuple[int, int]:

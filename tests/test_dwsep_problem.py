@@ -277,6 +277,9 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
     (Layout.NHWGC, DType.FP16, "N=64,C=144,K=192,input=32x32,filter=3x3,pad=2,dilation=2", "fused"),
     (Layout.NHWGC, DType.BF16, "N=8,C=16,K=272,input=23x20,filter=3x3,pad=1", "fused"),
     (Layout.NGCHW, DType.BF16, "N=4,C=312,K=312,input=12x12,filter=7x7,pad=3", "twopass"),
+    # §89: NCHW-style, fused 1.59x twopass at C = 29, K = 21; twopass won at C = 80, K = 32, 1x3x3.
+    (Layout.NGCHW, DType.BF16, "N=32,C=29,K=21,input=13x31,filter=3x3,pad=1", "fused"),
+    (Layout.NGCHW, DType.FP16, "N=256,C=80,K=32,input=15x10x10,filter=1x3x3,pad=0x1x1", "twopass"),
     (Layout.NHWGC, DType.FP32, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", "fused"),  # twopass: 16-bit only
 ])
 def test_the_prior_takes_twopass_for_wide_channels_and_nchw_style_layers(layout, dtype, spec, family):
@@ -307,3 +310,21 @@ def test_strips_that_half_would_cover_are_refused():
     assert strips == {1, 2, 4}
     eight = next(i for i in cell_instances(problem) if i.family == "twopass" and i.params.strip == 8)
     assert "fit one strip of 4" in eight.why_not(problem, H100)
+
+
+def test_twopass_compiles_in_whether_c_fills_whole_chunks():
+    """C not a multiple of 8: `_cpadded` instances (zero channels pad the workspace's and the pointwise
+    weights' rows), the others refused; names parse back; the prior still takes twopass NCHW-style."""
+    odd = SOLVER.parse_problem("N=4,C=563,K=563,input=14x10,filter=7x7,pad=3", Layout.NGCHW, DType.FP16)
+    even = SOLVER.parse_problem("N=4,C=560,K=563,input=14x10,filter=7x7,pad=3", Layout.NGCHW, DType.FP16)
+    family = SOLVER.families["twopass"]
+    padded = [i for i in lookup(odd, target=H100) if i.family == "twopass"]
+    whole = [i for i in lookup(even, target=H100) if i.family == "twopass"]
+    assert len(padded) == len(whole) == 48
+    assert all(i.name.endswith("_k7x7s1x1d1x1_cpadded") for i in padded)
+    assert all(i.name.endswith("_k7x7s1x1d1x1") for i in whole)
+    assert family.parse_suffix(padded[0].params.suffix()) == padded[0].params
+    assert family.parse_suffix(whole[0].params.suffix()) == whole[0].params
+    assert "not a multiple of 8, problem has C=560" in family.why_not(padded[0].params, even, H100)
+    assert "a multiple of 8, problem has C=563" in family.why_not(whole[0].params, odd, H100)
+    assert heuristic_pick(odd, target=H100).family == "twopass"

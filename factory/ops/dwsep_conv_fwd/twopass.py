@@ -167,8 +167,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         return LaunchPlan((depthwise, main), workspace_bytes=workspace_bytes(problem))
 
     def heuristic_score(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> float:
-        """Above `fused` (whose scores run 0-5) on NCHW-style layers and on channels-last ones whose C x K x taps
-        reaches WIDE_WORK, below it elsewhere; within the family, the preferred strip (preferred_strip), then
+        """Above `fused` (whose scores run 0-5) on NCHW-style layers whose C x K x taps reaches NARROW_WORK and on
+        channels-last ones where it reaches WIDE_WORK, below it elsewhere; within the family, the preferred strip (preferred_strip), then
         tiles the GEMM fills and a wave of blocks.
 
         On the H200 (random seed 59, the 20 16-bit layers both families served, every candidate timed;
@@ -183,12 +183,16 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)
         fill = min(math.log2(max(blocks, 1)) / math.log2(target.processors), 1.0)
         off_strip = abs(math.log2(p.strip / preferred_strip(problem)))
-        preferred = not problem.channels_last or problem.C * problem.K * math.prod(problem.filter) >= WIDE_WORK
+        work = problem.C * problem.K * math.prod(problem.filter)
+        preferred = work >= (WIDE_WORK if problem.channels_last else NARROW_WORK)
         return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip
 
 
 TWOPASS_LEVEL = 5.0
 WIDE_WORK = 500_000  # channels-last C x K x taps from which fused's recomputed depthwise stage costs more than the workspace
+# NCHW-style, the same from far fewer: on the H200 twopass won at C = 80, K = 32, 1x3x3 (23 k; random seed 59)
+# and fused at C = 29, K = 21, 3x3 (5.5 k: 10.7 against 17.0 µs; bench/NOTES.md 89).
+NARROW_WORK = 2**14
 STRIP_STEP = 0.5  # the prior's cost of each doubling or halving away from the preferred strip
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
 

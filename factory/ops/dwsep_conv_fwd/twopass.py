@@ -133,7 +133,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         if wrong:
             return wrong
         if p.channels is not Channels.of(problem.C):
-            return f"compiled for C {'not ' if p.channels is Channels.PADDED else ''}a multiple of {CHUNK}, problem has C={problem.C}"
+            kind = "not a multiple" if p.channels is Channels.PADDED else "a multiple"
+            return f"compiled for C {kind} of {CHUNK}, problem has C={problem.C}"
         if redundant_strip(p.strip, problem):
             return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
                     f"{p.strip // 2}; a longer one only costs registers")
@@ -168,8 +169,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
 
     def heuristic_score(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> float:
         """Above `fused` (whose scores run 0-5) on NCHW-style layers whose C x K x taps reaches NARROW_WORK and on
-        channels-last ones where it reaches WIDE_WORK, below it elsewhere; within the family, the preferred strip (preferred_strip), then
-        tiles the GEMM fills and a wave of blocks.
+        channels-last ones where it reaches WIDE_WORK, below it elsewhere; within the family, the preferred strip
+        (preferred_strip), then tiles the GEMM fills and a wave of blocks.
 
         On the H200 (random seed 59, the 20 16-bit layers both families served, every candidate timed;
         bench/NOTES.md 87) twopass with strips ran 1.33-4.51x faster than fused's best on all 11 NCHW-style

@@ -100,6 +100,9 @@ CASES = [
          "N=2,C=21,K=19,input=7x6,filter=3x3,pad=1,bias_dw=1,act_dw=relu", lambda p: p.strip == 2),
     Case("twopass-nhwgc-bf16-2d-c13", "twopass", L.NHWGC, D.BF16,
          "N=2,C=13,K=24,input=6x9,filter=5x5,pad=2,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu6", lambda p: p.strip == 4),
+    # ... and in the second of two groups of chunks (33 chunks, the last of them 5 channels).
+    Case("twopass-nhwgc-fp16-1d-c261", "twopass", L.NHWGC, D.FP16, "N=2,C=261,K=16,input=13,filter=3,pad=1,bias_dw=1",
+         lambda p: p.strip == 2),
 ]
 
 

@@ -36,7 +36,9 @@ from .selector import check_supported, explain, heuristic_pick, lookup
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 MIN_REPS, MAX_REPS = 2, 100_000  # the median and spread need two samples; more is hours per candidate
-console = Console(stderr=False)
+# On a terminal, its width; piped to a file or a log, 200 columns, so that a table's row stays one line where
+# it fits (rich assumes 80 there and folds every long name).
+console = Console(stderr=False, width=None if sys.stdout.isatty() else 200)
 errors = Console(stderr=True, soft_wrap=True)  # soft wrap: an error stays one line at any width
 
 
@@ -671,8 +673,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     from .fleet import view
 
     db = _open_db(args)
-    # A table piped to a file or a log stays one line per row (rich assumes 80 columns there).
-    out = console if sys.stdout.isatty() else Console(width=200)
+    out = console
     if args.devices:
         devices = db.jobs.devices()
         if args.json:

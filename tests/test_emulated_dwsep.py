@@ -165,8 +165,11 @@ def test_depthwise_blocks_that_loop_over_strips_compute_the_same(picked: dict[st
         return step
 
     assert right(picked[case.id], case.problem).steps[0].grid[0] == 2 * 3
-    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: dataclasses.replace(
-        right(i, p), steps=tuple(one_block_a_group(s) for s in right(i, p).steps)))
+    def plan(inst: Instance, problem: Any) -> Any:
+        usual = right(inst, problem)
+        return dataclasses.replace(usual, steps=tuple(one_block_a_group(s) for s in usual.steps))
+
+    monkeypatch.setattr(kernel_emulator, "_plan", plan)
     verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
     assert verdict.ok, verdict.message
 

@@ -159,7 +159,9 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                                            "channels_last": "true" if layout is Layout.NHWGC else "false"}
 
     def launch_plan(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
-        padded_pw = Buf("workspace", offset=_depthwise_bytes(problem)) if problem.C % CHUNK else Buf("workspace")
+        # Whole chunks: kf_main reads the weights in place and the third argument goes unread.
+        padded = p.channels is Channels.PADDED
+        padded_pw = Buf("workspace", offset=_depthwise_bytes(problem)) if padded else Buf("workspace")
         args = (dwsep_args(problem), Buf("workspace"), padded_pw)
         depthwise = _depthwise_launch(p, problem, target, args)
         samples = 1 if problem.channels_last else problem.N
@@ -258,7 +260,8 @@ def workspace_bytes(problem: DwsepProblem) -> int:
     """The depthwise outputs, N x positions x padded_channels in the operand type, rounded up to
     WORKSPACE_ALIGN; where C is not a multiple of CHUNK, then the padded pointwise weights, K x
     padded_channels."""
-    padded_pw = problem.K * padded_channels(problem) * OPERAND_BYTES if problem.C % CHUNK else 0
+    padded = Channels.of(problem.C) is Channels.PADDED
+    padded_pw = problem.K * padded_channels(problem) * OPERAND_BYTES if padded else 0
     return _depthwise_bytes(problem) + padded_pw
 
 

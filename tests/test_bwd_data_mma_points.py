@@ -100,7 +100,10 @@ def test_a_transposing_plan_copies_in_and_back_around_the_main_kernel() -> None:
         problem = SOLVER.parse_problem(SPEC.format(C=16), layout, DType.FP16)
         plan = family.launch_plan(params, problem, H100)
         entries = [s.entry for s in plan.steps if isinstance(s, Launch)]
-        assert entries == ["kf_to_channels_last"] * (1 + copies_weight) + ["kf_main", "kf_to_channels_last"]
+        # grad_output's 32 rows of 20 positions in registers (16 and 8 bytes); the weight's 9 taps and
+        # grad_input's 63 positions through the shared tile
+        assert entries == (["kf_to_channels_last_c16s8"] + ["kf_to_channels_last"] * copies_weight
+                           + ["kf_main", "kf_to_channels_last"])
         # grad_output (2*2*16*5*4 halves), grad_input (2*2*16*9*7), the weight (2*16*9*16) in 256-byte steps
         sizes = [2 * 2 * 16 * 20 * 2, 2 * 2 * 16 * 63 * 2] + ([2 * 16 * 9 * 16 * 2] if copies_weight else [])
         assert plan.workspace_bytes == sum(-(-b // 256) * 256 for b in sizes)

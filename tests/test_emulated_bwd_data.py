@@ -108,6 +108,8 @@ CASES = [
          lambda p: p.transpose and p.block_n == 64),
     Case("mma-ngchw-bf16-2d-transposed-half-vectors", "mma", L.NGCHW, D.BF16, "N=2,G=1,C=32,K=16,input=6x2,filter=3x3,pad=1",
          lambda p: p.transpose),  # 12 positions: the pass copies 4 elements at a time
+    Case("mma-ngchw-fp32-2d-transposed-squares", "mma", L.NGCHW, D.FP32, "N=2,G=1,C=12,K=8,input=8x10,filter=3x3,pad=1",
+         lambda p: p.transpose),  # the pass's squares of 4 x 4 (the GKCYX weight's copy: 9 taps, a shared tile)
     # wgmma: the same GEMM with warpgroup tiles in swizzled shared memory, output-gradient rows K-major (the
     # portable product here): K not a multiple of a stage (rows of two taps in one stage), stride phases,
     # narrow chunks, 3-D with K a multiple of 64 (a stage's rows share their tap), the transposing pass.

@@ -149,6 +149,11 @@ CASES = [
          R.TWOSTAGE, lambda p: p.groups == 2),
     Case("gwl-gkyxc-bf16w-1d-transposed", "gwl", L.NGCHW_GKYXC, D.BF16_FP32W, "N=4,G=2,C=16,K=8,input=150,filter=7,pad=3",
          R.ATOMIC),
+    # Whole 16-byte vectors on both extents: the pass transposes squares in registers, tiles past both ends.
+    Case("gwl-ngchw-fp16-2d-transposed-squares", "gwl", L.NGCHW, D.FP16, "N=3,G=5,C=16,K=16,input=16x20,filter=3x3,pad=1",
+         R.TWOSTAGE),
+    Case("gwl-ngchw-fp32-2d-transposed-squares", "gwl", L.NGCHW, D.FP32, "N=2,G=3,C=8,K=8,input=12x10,filter=3x3,pad=1",
+         R.ATOMIC),
     # mma: the implicit-GEMM engine on matrix instructions (the portable lane layout here), 16-bit operands.
     Case("mma-nhwgc-fp16-2d", "mma", L.NHWGC, D.FP16, "N=2,G=2,C=8,K=16,input=17x15,filter=3x3,pad=1", R.TWOSTAGE),
     Case("mma-ngchw-bf16-2d-s2-p0", "mma", L.NGCHW, D.BF16, "N=3,G=2,C=3,K=5,input=20x18,filter=3x3,stride=2,pad=0", R.DIRECT),
@@ -177,6 +182,8 @@ CASES = [
          lambda p: p.transpose),
     Case("mma-gkyxc-fp32-3d-transposed", "mma", L.NGCHW_GKYXC, D.FP32, "N=2,G=1,C=8,K=12,input=5x6x7,filter=3x3x3,pad=1", R.ATOMIC,
          lambda p: p.transpose),
+    Case("mma-gkyxc-fp32-3d-transposed-squares", "mma", L.NGCHW_GKYXC, D.FP32, "N=2,G=1,C=8,K=12,input=4x6x6,filter=3x3x3,pad=1",
+         R.ATOMIC, lambda p: p.transpose),
     Case("mma-nhwgc-bf16-2d-groups-per-tile", "mma", L.NHWGC, D.BF16, "N=2,G=5,C=8,K=16,input=13x11,filter=3x3,pad=1", R.TWOSTAGE,
          lambda p: p.groups_per_tile == 4),
     Case("mma-gnhwc-fp32-1d-groups-per-tile", "mma", L.GNHWC, D.FP32, "N=8,G=3,C=4,K=8,input=130,filter=5,pad=2,stride=2", R.ATOMIC,

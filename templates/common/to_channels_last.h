@@ -1,8 +1,11 @@
 // The transposing pass of NGCHW problems: src[n][c][s] -> dst[n][s][c] (channels = G * C or G * K,
-// s the spatial position), a 64 x 64 tile of (c, s) per block through shared memory, so both the
-// reads (along s) and the writes (along c) are coalesced, in the widest vectors (up to 16 bytes) that
-// divide both extents (or, for short odd planes, along the whole run of a block's planes: transpose_flat).
-// Grid: (s tiles, c tiles, N), 256 threads.
+// s the spatial position). Where the channels are whole 16-byte vectors of a 2- or 4-byte type and the
+// positions whole 16- or 8-byte ones, each lane transposes a block of them in its registers
+// (kf_to_channels_last_c*s*); otherwise a 64 x 64 tile of (c, s) per block goes through shared memory
+// (kf_to_channels_last), so both the reads (along s) and the writes (along c) are coalesced, in the widest
+// vectors (up to 16 bytes) that divide both extents (or, for short odd planes, along the whole run of a
+// block's planes: transpose_flat).
+// Grid: (s tiles, c tiles, N), 256 threads (squares: (s tiles x c tiles, 1, N)).
 constexpr int TRANSPOSE_TILE = {{ transpose_tile }}, TRANSPOSE_THREADS = {{ transpose_threads }};
 
 // `space`: T rows of T + V elements (a row c holds positions s0 .. s0 + T in vectors, padded a vector).
@@ -109,3 +112,53 @@ extern "C" __global__ void __launch_bounds__(TRANSPOSE_THREADS) kf_to_channels_l
   else if (channels % V && channels <= TRANSPOSE_TILE && spatial % V == 0) transpose_flat<V, false>(src, dst, channels, spatial, tile);
   else transpose_widest<V>(src, dst, channels, spatial, tile);
 }
+
+// A lane reads CV channels' runs of SV positions (16 bytes of them, in loads of LV), swaps them in its
+// registers and writes SV positions' runs of CV channels: no shared memory, no barrier (the tile kernel's
+// 2-byte reads of its shared tile meet 8-way bank conflicts). Lanes lie SQUARE_LANES_C along channels by
+// 32 / SQUARE_LANES_C along positions, so a warp reads 128 contiguous bytes of each channel row it touches
+// (in two halves where LV < SV: 8-byte loads keep the 128-byte runs that DRAM streams best) and writes 64
+// of each position row; a block's warps lie SQUARE_WARPS_C along channels. CV divides the channels and LV
+// the positions (the host's choice): a lane's last load, and the positions it writes, may lie past the
+// plane only by whole loads.
+constexpr int SQUARE_LANES_C = {{ square_lanes_c }}, SQUARE_WARPS_C = {{ square_warps_c }};
+constexpr int SQUARE_WIDE = sizeof(TIN) == 1 ? 8 : 16 / (int)sizeof(TIN);  // elements in 16 bytes (1-byte: 8)
+
+template <int CV, int LV>
+__device__ __forceinline__ void transpose_squares(const TIN* src, TIN* dst, int channels, int spatial) {
+  constexpr int SV = SQUARE_WIDE, LANES_S = 32 / SQUARE_LANES_C, WARPS_S = TRANSPOSE_THREADS / 32 / SQUARE_WARPS_C;
+  constexpr int TILE_C = SQUARE_WARPS_C * SQUARE_LANES_C * CV, TILE_S = WARPS_S * LANES_S * SV;
+  const int s_tiles = (spatial + TILE_S - 1) / TILE_S;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int c = (int)(blockIdx.x / s_tiles) * TILE_C + (warp % SQUARE_WARPS_C * SQUARE_LANES_C + lane % SQUARE_LANES_C) * CV;
+  const int s = (int)(blockIdx.x % s_tiles) * TILE_S + (warp / SQUARE_WARPS_C * LANES_S + lane / SQUARE_LANES_C) * SV;
+  if (c >= channels || s >= spatial) return;
+  const int here = min(SV, spatial - s);  // positions of this lane inside the plane, a multiple of LV
+  const long long sample = (long long)blockIdx.z * channels * spatial;
+  kf_vec<TIN, SV> in[CV];
+#pragma unroll
+  for (int j = 0; j < CV; ++j) {
+#pragma unroll
+    for (int h = 0; h < SV; h += LV)
+      if (h < here)
+        *reinterpret_cast<kf_vec<TIN, LV>*>(&in[j].v[h]) =
+            *reinterpret_cast<const kf_vec<TIN, LV>*>(src + sample + (long long)(c + j) * spatial + s + h);
+  }
+#pragma unroll
+  for (int k = 0; k < SV; ++k) {
+    if (k >= here) break;
+    kf_vec<TIN, CV> out;
+#pragma unroll
+    for (int j = 0; j < CV; ++j) out.v[j] = in[j].v[k];
+    *reinterpret_cast<kf_vec<TIN, CV>*>(dst + sample + (long long)(s + k) * channels + c) = out;
+  }
+}
+
+// kf_to_channels_last_c{written bytes}s{read bytes}: runs of channels written and of positions read as
+// vectors of these bytes (the host launches these for 2- and 4-byte types only).
+{% for c_bytes, s_bytes in square_shapes %}
+extern "C" __global__ void __launch_bounds__(TRANSPOSE_THREADS) kf_to_channels_last_c{{ c_bytes }}s{{ s_bytes }}(
+    const TIN* src, TIN* dst, int channels, int spatial) {
+  transpose_squares<SQUARE_WIDE * {{ c_bytes }} / 16, SQUARE_WIDE * {{ s_bytes }} / 16>(src, dst, channels, spatial);
+}
+{% endfor %}

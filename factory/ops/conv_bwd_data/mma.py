@@ -309,12 +309,12 @@ def transposed_plan(family: BwdDataFamily, p: Any, problem: ConvProblem, target:
     dout, din = regions[0], regions[1]
     moved = {"out": dout, "in": din} | ({"wei": regions[2]} if copy_weight else {})
     args = kernel_args(TENSORS, read).replace(**moved)
-    steps = [transpose_launch(Buf("grad_output"), dout, rows, out_spatial, problem.N)]
+    steps = [transpose_launch(Buf("grad_output"), dout, rows, out_spatial, problem.N, size)]
     if copy_weight:  # (G*K) x C x taps -> (G*K) x taps x C
-        steps.append(transpose_launch(Buf("weight"), regions[2], problem.C, taps, rows))
+        steps.append(transpose_launch(Buf("weight"), regions[2], problem.C, taps, rows, size))
     steps.append(family.main_launch(p, read, target, args))
     # N x positions x (G*C) -> N x (G*C) x positions: the pass with channels and positions swapped.
-    steps.append(transpose_launch(din, Buf(OUTPUT), in_spatial, problem.G * problem.C, problem.N))
+    steps.append(transpose_launch(din, Buf(OUTPUT), in_spatial, problem.G * problem.C, problem.N, size))
     return LaunchPlan(tuple(steps), workspace)
 
 

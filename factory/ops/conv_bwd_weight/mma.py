@@ -197,7 +197,7 @@ class Mma(MmaSyncRules, BwdWeightFamily):
 
     def staging(self, p: MmaParams, problem: ConvProblem, at: int) -> tuple[tuple[Launch, ...], int]:
         """With `transpose`: the input and the output gradient copied channels-last (NGCHW -> NHWGC)
-        into the workspace by kf_to_channels_last, one 64 x 64 tile of (channels, positions) a block."""
+        into the workspace by the transposing pass (factory/ops/conv/transpose.py)."""
         if not p.transpose:
             return (), 0
         return staging_launches(problem, at, OPERAND_BYTES[problem.dtype])

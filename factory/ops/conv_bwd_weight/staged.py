@@ -1,7 +1,7 @@
 """NGCHW problems for main kernels that read channels-last data: the input and the output gradient copied
-NGCHW -> NHWGC into the workspace first (the transposing pass, kf_to_channels_last, one 64 x 64 tile of
-(channels, positions) a block), and the main kernel's argument struct pointed at the copies. `mma`'s
-`transpose` points and every NGCHW `gwl` instance run this way."""
+NGCHW -> NHWGC into the workspace first (the transposing pass, factory/ops/conv/transpose.py), and the
+main kernel's argument struct pointed at the copies. `mma`'s `transpose` points and every NGCHW `gwl`
+instance run this way."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def staged_regions(problem: ConvProblem, at: int, element_bytes: int) -> tuple[t
 def staging_launches(problem: ConvProblem, at: int, element_bytes: int) -> tuple[tuple[Launch, ...], int]:
     """The two transposing launches and the workspace bytes their copies take from byte `at`."""
     regions, end = staged_regions(problem, at, element_bytes)
-    launches = tuple(transpose_launch(Buf(r.tensor), r.copy, r.channels, r.spatial, problem.N) for r in regions)
+    launches = tuple(transpose_launch(Buf(r.tensor), r.copy, r.channels, r.spatial, problem.N, element_bytes)
+                     for r in regions)
     return launches, end - at
 
 

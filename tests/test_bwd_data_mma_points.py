@@ -132,10 +132,13 @@ def test_the_prior_weighs_the_transposing_pass_by_what_the_in_place_reads_lack_a
 def test_the_copy_back_refuses_inputs_past_its_grid() -> None:
     family = SOLVER.family("mma")
     params = MmaParams(128, 64, 32, 4, 2, 3, 8, 8, PhaseLaunch.MERGED, TileStore.STAGED, transpose=True)
-    long_1d = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4200000,filter=3,pad=1", Layout.NGCHW, DType.FP16)
-    assert "copying grad_input back" in family.why_not_here(params, long_1d, H100)
-    fits = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4194240,filter=3,pad=1", Layout.NGCHW, DType.FP16)
+    odd = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4200001,filter=3,pad=1", Layout.NGCHW, DType.FP16)
+    assert "copying grad_input back through the shared tile" in family.why_not_here(params, odd, H100)
+    fits = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4194239,filter=3,pad=1", Layout.NGCHW, DType.FP16)
     assert family.why_not_here(params, fits, H100) is None
+    # Whole 16-byte runs of positions go back through the register copy, whose grid has no such row limit.
+    whole = SOLVER.parse_problem("N=1,G=1,C=8,K=8,input=4200000,filter=3,pad=1", Layout.NGCHW, DType.FP16)
+    assert family.why_not_here(params, whole, H100) is None
 
 
 def test_depthwise_problems_are_left_to_the_depthwise_families():

@@ -326,9 +326,11 @@ def transpose_refusal(problem: ConvProblem) -> str | None:
         return "the transposing pass copies fp16, bf16 and fp32 tensors (int8 writes an int32 or int8 gradient)"
     if max(problem.N, problem.G * problem.K) > GRID_Z_LIMIT:
         return f"the transposing pass takes one sample (and one weight row) per grid z, at most {GRID_Z_LIMIT}"
-    if math.ceil(math.prod(problem.input) / TRANSPOSE_TILE) > GRID_Y_LIMIT:
-        return (f"copying grad_input back takes a block row per {TRANSPOSE_TILE} input positions, at most "
-                f"{GRID_Y_LIMIT * TRANSPOSE_TILE} positions (the input has {math.prod(problem.input)})")
+    back = transpose_launch(Buf(OUTPUT), Buf(OUTPUT), math.prod(problem.input), problem.G * problem.C, problem.N,
+                            OPERAND_BYTES[problem.dtype])
+    if back.grid[1] > GRID_Y_LIMIT:  # the shared tile's copy (the register copy's grid is one-dimensional)
+        return (f"copying grad_input back through the shared tile takes a block row per {TRANSPOSE_TILE} input "
+                f"positions, at most {GRID_Y_LIMIT * TRANSPOSE_TILE} (the input has {math.prod(problem.input)})")
     return None
 
 

@@ -30,11 +30,13 @@ def transpose_launch(src: Buf, dst: Buf, channels: int, spatial: int, count: int
     are read as 16- or 8-byte ones (a lane's 16 bytes of them in two halves), else through a shared tile
     (kf_to_channels_last)."""
     args = (src, dst, I32(channels), I32(spatial))
-    whole = [(c, s) for c, s in SQUARE_SHAPES if channels % (c // element_bytes) == 0 and spatial % (s // element_bytes) == 0]
-    if element_bytes in SQUARE_ELEMENT_BYTES and whole:
-        c_bytes, s_bytes = whole[0]
+    shape = next(((c, s) for c, s in SQUARE_SHAPES
+                  if channels % (c // element_bytes) == 0 and spatial % (s // element_bytes) == 0), None)
+    if element_bytes in SQUARE_ELEMENT_BYTES and shape:
+        c_bytes, s_bytes = shape
         tile_c = SQUARE_WARPS_C * SQUARE_LANES_C * c_bytes // element_bytes
-        tile_s = TRANSPOSE_THREADS // 32 // SQUARE_WARPS_C * (32 // SQUARE_LANES_C) * 16 // element_bytes  # 16 bytes a lane
+        lanes_s = TRANSPOSE_THREADS // 32 // SQUARE_WARPS_C * (32 // SQUARE_LANES_C)
+        tile_s = lanes_s * 16 // element_bytes  # a lane's positions: 16 bytes, whatever its loads
         tiles = math.ceil(spatial / tile_s) * math.ceil(channels / tile_c)
         return Launch(f"kf_to_channels_last_c{c_bytes}s{s_bytes}", (tiles, 1, count), (TRANSPOSE_THREADS, 1, 1), args)
     return Launch("kf_to_channels_last",

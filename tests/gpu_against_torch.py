@@ -90,11 +90,12 @@ def heuristic_picks(family: str, problems: Sequence[Any], target: Any) -> tuple[
 
 def stage_picks_on_random_shapes(family: str, draw: Callable[[Any], Any], count: int, seed: int, target: Any,
                                  fewest: Callable[[Any], int] = lambda params: params.split_k,
+                                 kind: Callable[[Any], Any] = lambda params: params.stages,
                                  ) -> tuple[list[tuple[Any, Any]], int]:
     """(problem, instance) runs for `count` problems `draw(rng)` makes (numpy Generator seeded with `seed`)
     that `family` serves: per problem the instance the heuristic ranks first, the one with the fewest
     blocks along the reduction (`fewest` of its params: splits by default), and the best-ranked of each
-    stage count (params.stages). Returns the runs and the shapes."""
+    `kind` of point (its stage count by default). Returns the runs and the shapes."""
     import numpy as np
 
     from factory.catalog import specialized_instances
@@ -111,7 +112,7 @@ def stage_picks_on_random_shapes(family: str, draw: Callable[[Any], Any], count:
         solver = solver_for(problem.op)
         score = lambda c: solver.heuristic_score(c.family, c.params, problem, target)  # noqa: E731
         picks = [max(own, key=score), min(own, key=lambda c: (fewest(c.params), c.name))]
-        picks += [max((c for c in own if c.params.stages == s), key=score)
-                  for s in sorted({c.params.stages for c in own})]
+        picks += [max((c for c in own if kind(c.params) == k), key=score)
+                  for k in sorted({kind(c.params) for c in own})]
         runs += [(problem, c) for c in dict.fromkeys(picks)]
     return runs, shapes

@@ -10,6 +10,8 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
 - `dwh`: depthwise 2-D, filter compiled in; a thread walks a strip of output rows, its gradient window in registers.
 - `dwl`: depthwise channels-last 1-D/2-D, filter compiled in; each tile's gradient and input window copied into shared memory.
+- `dwv`: depthwise channels-last 1-D/2-D, filter compiled in; a thread walks segments of output rows, the input
+  columns sliding through registers (no shared memory until the block's sums meet).
 - `gwl`: grouped channels-last 1-D/2-D, C and K multiples of 8 up to 64 compiled in with the filter; each tile's
   input window and gradient copied into shared memory and read in place by mma.sync.
 - `mma`: implicit GEMM on matrix instructions (the shared engine, templates/common/igemm.h).
@@ -33,6 +35,7 @@ from .dl import Dl, DlParams
 from .dw import Dw, DwParams
 from .dwh import Dwh
 from .dwl import Dwl
+from .dwv import Dwv
 from .dwr import Dwr, DwrParams
 from .dwt import Dwt, DwtParams
 from .gwl import Gwl
@@ -47,7 +50,7 @@ class ConvBwdWeight(ConvOp):
     """The `conv_bwd_weight` op (see factory.ops.base.OpModule)."""
 
     op = Op.CONV_BWD_WEIGHT
-    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Dwl(), Gwl(), Mma(), Wgmma(), Mfma(), Pw())
+    family_list = (Dl(), Dw(), Dwt(), Dwr(), Dwh(), Dwl(), Dwv(), Gwl(), Mma(), Wgmma(), Mfma(), Pw())
     # Leave-one-out over 11 H100 DBs pooled (574 problems, as the shipped winners pool them): neighbours
     # within 5 served 130 problems at 1.244x the winner where the prior gave 1.168x; within 2, 13 at 1.232x
     # against 1.339x. AUTO over all 1.165x at reach 5, 1.146x at 2 (bench/NOTES.md 63; the reach of 5 was

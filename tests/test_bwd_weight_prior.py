@@ -106,12 +106,15 @@ def test_dwt_is_not_picked_where_dwr_serves():
 # dwl on the H100 (bench/NOTES.md 70, bench/results/h100-dwl/): held-out channels-last 3x3 layer
 # 34x62 G=64 N=32, dwl's best 1.11x faster than any other family's (dwh picked before: 1.67x the best);
 # ConvNeXt-T's 28x28 7x7 layer, dwh's best 1.39x faster than dwl's; 1-D, dwl 1.26-1.32x faster than dwr at
-# 15 taps, dwr 1.52x faster at 31 taps and 1.88x at 51.
+# 15 taps, dwr 1.52x faster at 31 taps and 1.88x at 51. dwv on the H200 (bench/NOTES.md 91,
+# bench/results/h200-dwv/long_1d.txt): 1.07x faster than dwl at 25 taps and 1.76x faster than dwr at 31,
+# 0.97x dwl at 15; at 51 taps it is refused (its register budget).
 @pytest.mark.parametrize(("spec", "family"), [
     ("N=32,G=64,C=1,K=1,input=34x62,filter=3x3,pad=1", "dwl"),
     ("N=64,G=192,C=1,K=1,input=28x28,filter=7x7,pad=3", "dwh"),
     ("N=32,G=256,C=1,K=1,input=2048,filter=15,pad=7", "dwl"),
-    ("N=16,G=256,C=1,K=1,input=1000,filter=31,pad=15", "dwr"),
+    ("N=8,G=512,C=1,K=1,input=4000,filter=25,pad=12", "dwv"),
+    ("N=16,G=256,C=1,K=1,input=1000,filter=31,pad=15", "dwv"),
     ("N=8,G=128,C=1,K=1,input=857,filter=51,pad=25", "dwr"),
 ])
 def test_channels_last_depthwise_goes_to_dwl_up_to_the_filters_it_was_measured_faster_on(spec, family):

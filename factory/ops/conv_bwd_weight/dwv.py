@@ -24,7 +24,6 @@ from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
 from ..base import I32, Launch, Struct, params_from_suffix
 from ..conv.bank_pitch import VECTOR_BYTES_MAX, WARP
-from ..conv import output_tiles
 from ..conv.output_tiles import tile_items
 from ..conv.shape import CompiledShape, Shape, hw
 from .common import BwdWeightFamily, Reduction, check_split, split_items_refusal
@@ -175,7 +174,8 @@ class Dwv(CompiledShape, BwdWeightFamily):
         counts 0.37 and 0.65), 0.1 a doubling of the vector (one group a thread was the fastest on every
         layer), 0.05 a halving of the group vectors a block (cv 8 ran 1.07-1.16x slower than 16 or 32),
         and the share of the chunks' groups inside G as `dwl` weighs it. Against the other families:
-        DWV_LEVEL, and `dwl`'s tap cost past 15 taps (dwl.tap_cost)."""
+        DWV_LEVEL, below which `dwl`'s own 1-D tap cost (dwl.tap_cost) takes `dwl` past 15 taps; past ~45
+        taps dwv's register budget refuses it and `dwr` serves."""
         (_, uw), (_, sw) = p.ring(), hw(p.compiled.stride)
         refill = math.log2((p.seg * sw + uw - sw) / (p.seg * sw))
         groups = problem.G / (chunks_of(p, problem) * p.chunk)

@@ -10,7 +10,7 @@ alpha is set, Bilinear with beta). The kernels are its families, one module each
 - `dwr`: depthwise 1-D/2-D with the filter compiled in; a thread's block of outputs lives in registers.
 - `dwh`: depthwise 2-D, filter compiled in; a thread walks a strip of output rows, its gradient window in registers.
 - `dwl`: depthwise channels-last 1-D/2-D, filter compiled in; each tile's gradient and input window copied into shared memory.
-- `dwv`: depthwise channels-last 1-D/2-D, filter compiled in; a thread walks segments of output rows, the input
+- `dwv`: depthwise channels-last 1-D, filter compiled in; a thread walks segments of output positions, the input
   columns sliding through registers (no shared memory until the block's sums meet).
 - `gwl`: grouped channels-last 1-D/2-D, C and K multiples of 8 up to 64 compiled in with the filter; each tile's
   input window and gradient copied into shared memory and read in place by mma.sync.

@@ -10,7 +10,7 @@ stride and dilation are compiled in per axis (`shape`).
 
 The template also walks 2-D segments (several output rows, a ring of input rows); measured on the H200
 (bench/NOTES.md 91) every 2-D point ran behind `dwl` or `dwh`, so the catalog lists 1-D points only, where
-it serves filters of 16-31 taps faster than `dwl` and `dwr`.
+it served filters of 19-38 taps 1.1-2.6x faster than `dwl` and `dwr`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from ..conv.shape import CompiledShape, Shape, hw
 from .common import BwdWeightFamily, Reduction, check_split, split_items_refusal
 
 CELLS = frozenset((Layout.NHWGC, dtype, 1) for dtype in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32))
-MAX_HELD = 192  # registers a thread's values take: its ring of input columns, its per-tap sums, its periods of loads
+# Registers a thread's values take (DwvParams.held: its ring of input columns, its per-tap sums, its periods of
+# loads), an estimate: the compiler's count differs (19 taps, estimated 114, compiled to 143 on the H200).
+MAX_HELD = 192
 ACC_BYTES = 4
 REDUCTION_SHARED = 32 * 1024  # bytes of shared memory for the final reduction's staging (rounds of taps)
 

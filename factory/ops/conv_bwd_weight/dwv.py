@@ -30,8 +30,10 @@ from .common import BwdWeightFamily, Reduction, check_split, split_items_refusal
 
 CELLS = frozenset((Layout.NHWGC, dtype, 1) for dtype in (DType.FP16, DType.BF16, DType.BF16_FP32W, DType.FP32))
 # Registers a thread's values take (DwvParams.held: its ring of input columns, its per-tap sums, its periods of
-# loads), an estimate: the compiler's count differs (19 taps, estimated 114, compiled to 143 on the H200).
-MAX_HELD = 192
+# loads), an estimate: the compiler's count differs (19 taps, estimated 114, compiled to 143 on the H200). At
+# 192 it refused 33-42-tap layers that then ran 2.7-7.5x slower on dwr's picks; at 255 every one of ten random
+# long-filter layers ran (bench/NOTES.md 91), and 51 taps and more stay refused (estimated 306 at stride 1).
+MAX_HELD = 255
 ACC_BYTES = 4
 REDUCTION_SHARED = 32 * 1024  # bytes of shared memory for the final reduction's staging (rounds of taps)
 

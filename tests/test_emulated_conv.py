@@ -130,9 +130,14 @@ CASES = [
          R.TWOSTAGE, lambda p: p.vector == 4 and p.split_k == 64),
     # dwv: channels-last 1-D depthwise, the input columns sliding through registers. Segments past the
     # output, a chunk past G (64 groups of 48), walks of several segments, a ring of 15 columns (period 15), stride 2 with
-    # dilation 2 (a ring of 9 columns sliding 2 a step), 2- and 4-byte vectors.
+    # dilation 2 (a ring of 9 columns sliding 2 a step), 31 taps, stride 3 (seven columns sliding 3), 2- to
+    # 4-byte vectors, the four dtypes.
     Case("dwv-nhwgc-bf16w-1d-f15", "dwv", L.NHWGC, D.BF16_FP32W, "N=70,G=48,C=1,K=1,input=301,filter=15,pad=7", R.TWOSTAGE,
          lambda p: p.vector == 2 and p.cv == 32 and p.seg == 128 and p.split_k == 16),
+    Case("dwv-nhwgc-bf16-1d-f31", "dwv", L.NHWGC, D.BF16, "N=9,G=40,C=1,K=1,input=517,filter=31,pad=15", R.TWOSTAGE,
+         lambda p: p.vector == 2 and p.seg == 32),
+    Case("dwv-nhwgc-fp32-1d-s3", "dwv", L.NHWGC, D.FP32, "N=30,G=20,C=1,K=1,input=401,filter=7,stride=3,pad=2",
+         R.TWOSTAGE, lambda p: p.vector == 1 and p.seg == 32),
     Case("dwv-nhwgc-fp16-1d-s2-d2", "dwv", L.NHWGC, D.FP16, "N=70,G=32,C=1,K=1,input=200,filter=5,stride=2,pad=3,dilation=2",
          R.TWOSTAGE, lambda p: p.vector == 1 and p.seg == 32),
     # gwl: grouped channels-last on matrix instructions, each tile's window and gradient in shared memory.

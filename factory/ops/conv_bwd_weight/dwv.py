@@ -178,8 +178,8 @@ class Dwv(CompiledShape, BwdWeightFamily):
         counts 0.37 and 0.65), 0.1 a doubling of the vector (one group a thread was the fastest on every
         layer), 0.05 a halving of the group vectors a block (cv 8 ran 1.07-1.16x slower than 16 or 32),
         and the share of the chunks' groups inside G as `dwl` weighs it. Against the other families:
-        DWV_LEVEL, below which `dwl`'s own 1-D tap cost (dwl.tap_cost) takes `dwl` past 15 taps; past ~45
-        taps dwv's register budget refuses it and `dwr` serves."""
+        DWV_LEVEL, which `dwl`'s own 1-D tap cost (dwl.tap_cost) puts dwl below past 15 taps. Past 42 taps at
+        stride 1 (31 at stride 2 with an odd filter) the register budget refuses dwv, and `dwr` serves."""
         (_, uw), (_, sw) = p.ring(), hw(p.compiled.stride)
         refill = math.log2((p.seg * sw + uw - sw) / (p.seg * sw))
         groups = problem.G / (chunks_of(p, problem) * p.chunk)

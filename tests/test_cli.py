@@ -592,7 +592,7 @@ def test_list_dwsep_problem_json(capsys):
     applicable = data["applicable"]
     assert [r["name"] for r in applicable] == [i.name for i in lookup(problem)] and applicable
     assert {(r["op"], r["family"], r["layout"], r["dtype"], r["ndim"]) for r in applicable} == {
-        ("dwsep_conv_fwd", family, "nhwgc", "fp16", 2) for family in ("fused", "twopass")}
+        ("dwsep_conv_fwd", family, "nhwgc", "fp16", 2) for family in ("fused", "twopass", "rowtile")}
     assert all(r["params"]["shape"] == "k3x3s1x1d1x1" for r in applicable)  # the problem's filter compiled in
     rejected = data["rejected"]
     assert rejected and all(r["reason"] == "needs mfma, which target sm_90a lacks" for r in rejected)
@@ -614,7 +614,7 @@ def test_list_dwsep_cell_says_instances_come_per_problem(capsys):
     code, out, _ = run(capsys, "list", *DWSEP)
     assert code == 0
     text = flat(out)
-    assert "0 instances" in text and "fused, fused_mfma, twopass: (also) make instances per problem" in text
+    assert "0 instances" in text and "fused, fused_mfma, rowtile, twopass: (also) make instances per problem" in text
     assert "pass --problem to list them" in text
 
 
@@ -640,7 +640,7 @@ def test_generate_dwsep_without_a_problem_says_to_pass_one(capsys, tmp_path):
     code, _, err = run(capsys, "generate", "--op", "dwsep_conv_fwd", "--out", str(tmp_path / "o"))
     assert code == 2
     line = one_error_line(err)
-    assert "no instances match those filters; fused, fused_mfma, twopass make instances per problem: pass --problem" in line
+    assert "no instances match those filters; fused, fused_mfma, rowtile, twopass make instances per problem: pass --problem" in line
     assert not (tmp_path / "o").exists()
 
 

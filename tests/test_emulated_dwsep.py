@@ -103,6 +103,19 @@ CASES = [
     # ... and in the second of two groups of chunks (33 chunks, the last of them 5 channels).
     Case("twopass-nhwgc-fp16-1d-c261", "twopass", L.NHWGC, D.FP16, "N=2,C=261,K=16,input=13,filter=3,pad=1,bias_dw=1",
          lambda p: p.strip == 2),
+    # rowtile: C under the instruction's depth (24 of 32, 8 of 16: zero channels in A and B), a row's last
+    # strip part past its end (Wo = 19 under strips of 4) and a second tile along a row (Wo = 70 under 64),
+    # K past a channel tile (72 under 64) and odd K (elements stored one by one), stride 2, dilation 2, 1-3 D.
+    Case("rowtile-nhwgc-fp16-2d-s2", "rowtile", L.NHWGC, D.FP16,
+         "N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu",
+         lambda p: p.block_m == 64 and p.block_n == 64 and p.strip == 4),
+    Case("rowtile-nhwgc-bf16-2d-odd-k", "rowtile", L.NHWGC, D.BF16,
+         "N=1,C=16,K=13,input=4x70,filter=3x3,pad=2,dilation=2,bias_pw=1", lambda p: p.block_m == 64 and p.strip == 2),
+    Case("rowtile-nhwgc-bf16-1d", "rowtile", L.NHWGC, D.BF16, "N=3,C=8,K=72,input=41,filter=5,stride=2,pad=2,bias_pw=1,act_pw=relu6",
+         lambda p: p.block_m == 64 and p.block_n == 64 and p.strip == 4),
+    Case("rowtile-nhwgc-fp16-3d", "rowtile", L.NHWGC, D.FP16,
+         "N=1,C=32,K=24,input=3x4x40,filter=3x1x3,pad=1x0x1,bias_dw=1,act_dw=relu",
+         lambda p: p.block_m == 128 and p.warps_m == 4 and p.strip == 2),
 ]
 
 
@@ -147,6 +160,18 @@ def test_blocks_that_take_several_tiles_compute_the_same(picked: dict[str, Insta
     case = next(c for c in CASES if c.id == "fused-ngchw-fp16-1d-7")
     right = kernel_emulator._plan
     assert right(picked[case.id], case.problem).steps[0].grid[0] >= 3
+    monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid(right(i, p), x=lambda gx: math.ceil(gx / 3)))
+    verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
+    assert verdict.ok, verdict.message
+
+
+def test_rowtile_blocks_that_walk_several_tiles_compute_the_same(picked: dict[str, Instance],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """rowtile on a large layer has a wave of blocks, each walking the tiles gridDim.x apart with its weights
+    loaded once and A, B and the staged output tile reused: a third of the blocks here (rounded up)."""
+    case = next(c for c in CASES if c.id == "rowtile-nhwgc-fp16-3d")
+    right = kernel_emulator._plan
+    assert right(picked[case.id], case.problem).steps[0].grid[0] >= 6
     monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid(right(i, p), x=lambda gx: math.ceil(gx / 3)))
     verdict = kernel_emulator.check_instance(picked[case.id], case.problem)
     assert verdict.ok, verdict.message

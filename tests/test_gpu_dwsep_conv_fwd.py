@@ -38,6 +38,11 @@ PROBLEMS = [
     # loads), C = 12 (4-channel loads, the second past C).
     (L.NHWGC, D.BF16, "N=2,C=21,K=19,input=10x9,filter=7x7,pad=3,act_pw=relu"),
     (L.NHWGC, D.FP16, "N=2,C=12,K=20,input=8x8,filter=3x3,pad=1,bias_dw=1"),
+    # Rows long enough for `rowtile`'s tiles along them: C under the instruction's depth and over a few of
+    # them, a row's second and third tiles, odd K, stride 2, 3-D.
+    (L.NHWGC, D.BF16, "N=2,C=48,K=72,input=9x45,filter=5x5,stride=2,pad=2,bias_dw=1,bias_pw=1,act_dw=relu,act_pw=relu6"),
+    (L.NHWGC, D.FP16, "N=1,C=200,K=40,input=6x130,filter=3x3,pad=1,act_dw=relu6"),
+    (L.NHWGC, D.FP16, "N=3,C=8,K=13,input=4x3x70,filter=3x3x3,pad=1"),
 ]
 
 
@@ -55,9 +60,10 @@ def test_every_applicable_instance_matches_reference(family, problem, gpu_backen
 
 SEED = 2031
 COUNT = 100
-# Families that serve only some layers (twopass: fp16 and bf16), each with the fewest of the
+# Families that serve only some layers (twopass: fp16 and bf16; rowtile: channels-last 16-bit, C a multiple
+# of 8, rows longer than a quarter tile), each with the fewest of the
 # COUNT draws it must run.
-PARTIAL = {"twopass": 25}
+PARTIAL = {"twopass": 25, "rowtile": 11}
 
 
 def random_problems() -> list:

@@ -13,6 +13,10 @@ workspace (in L2 where it fits) between two launches, for wide K.
 - `twopass`: not fused: the depthwise outputs computed once into a workspace (in L2 where it fits), then the
   pointwise GEMM over them on warpgroup MMA, two launches; for wide K, where `fused` computes each position's
   depthwise outputs again in every block of output channels.
+- `rowtile`: fused, channels-last, every input channel in one block: a tile is a run of positions along one
+  output row, depthwise threads compute strips along W (each input column loaded once for a strip) into the
+  GEMM's A tile, one mma.sync pass over all of C; for large-spatial, narrow layers (MobileNet's first blocks)
+  where `fused`'s per-tap chunk loop bounds its issue. Ranked last by the prior until timed on a GPU.
 
 Numerics: the depthwise sums and both biases in fp32; the depthwise output is rounded to the tensors'
 dtype where it becomes a matrix operand (PyTorch's two calls round it the same way, by storing it),
@@ -30,6 +34,7 @@ from ...problem import DType, Layout, Op
 from ..base import DeviceReference, OpModule, Role, TensorSpec, Tolerance, TorchBaseline
 from .device_reference import dwsep_device_reference
 from .fused import Fused, FusedMfma, FusedParams
+from .rowtile import Rowtile
 from .twopass import Twopass
 from .problem import Activation, DwsepProblem, parse_dwsep_problem
 from .reference import forward
@@ -42,7 +47,7 @@ class DwsepConvFwd(OpModule[DwsepProblem]):
     """The `dwsep_conv_fwd` op (see factory.ops.base.OpModule)."""
 
     op = Op.DWSEP_CONV_FWD
-    family_list = (Fused(), FusedMfma(), Twopass())
+    family_list = (Fused(), FusedMfma(), Twopass(), Rowtile())
     # Leave-one-out over the H100 fused DBs of the suite and seeds 21, 52-58 pooled (231 problems): neighbours
     # within 5 served 44 at 1.358x the winner where the prior gave 1.116x; within 2, 3 at 1.151x against
     # 1.327x. AUTO over all 1.155x (worst 3.27) at reach 5, 1.110x (worst 1.80) at 2 (bench/NOTES.md 63).

@@ -1,0 +1,179 @@
+"""`rowtile`: the fused forward for channels-last layers whose every input channel fits one block
+(templates/dwsep_conv_fwd/rowtile.hip.j2).
+
+`fused` loops over chunks of input channels, a thread computing a position's depthwise outputs tap by tap, and
+on large-spatial, narrow layers (MobileNet's first blocks: mnv1_b64, C = 64, K = 128 at 112x112) it is bound
+by instruction issue at a quarter of the DRAM floor (bench/NOTES.md §36). Here a tile is a run of positions
+along one output row with every channel: a thread computes 16 bytes of channels at a strip of positions
+along W, each input column of a filter row loaded and widened once for the strip; the tile's depthwise
+outputs become the GEMM's A in shared memory, the block's pointwise weights (loaded once, the whole
+reduction) its B, one pass of mma.sync, and the output tile leaves 16 bytes a thread. Filter, stride,
+dilation and C (rounded up to the instruction's depth) are compiled in. fp16 / bf16; C a multiple of 8.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...device import DeviceTarget
+from ...problem import DType, Layout
+from ..base import Family, Launch, LaunchPlan, params_from_suffix
+from ..conv import cpp_type
+from ..conv import layouts as cl
+from ..conv.family import LANES, MMA_M, MMA_N, MmaSyncRules
+from ..conv.shape import CompiledShape, Shape
+from .fused import INT32_LIMIT, dwsep_args
+from .problem import DwsepProblem
+
+CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16) for ndim in (1, 2, 3))
+CHUNK = 8  # channels of a depthwise thread: 16 bytes
+DEPTH = 16  # the instruction's reduction depth (mma.sync m16n8k16): C is rounded up to it
+OPERAND_BYTES = 2
+FP32_BYTES = 4
+RESIDENT_BLOCKS = 2  # blocks an SM the launch bounds ask for (a register cap of 128 a thread at 256 threads)
+GRID_Y_LIMIT = 65535
+
+
+@dataclass(frozen=True)
+class RowtileParams:
+    block_m: int  # output positions along one row a tile takes
+    block_n: int  # output channels a block takes
+    warps_m: int
+    warps_n: int
+    strip: int  # positions along W a depthwise thread computes (a filter row's inputs loaded once for them)
+    channels: int  # C rounded up to DEPTH, compiled in from the problem: the GEMM's whole reduction
+    shape: str  # the depthwise filter, stride and dilation, compiled in (conv.shape.spell_shape)
+
+    def __post_init__(self) -> None:
+        if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
+            raise ValueError(f"block {self.block_m}x{self.block_n} does not split into {self.warps_m}x{self.warps_n} "
+                             f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
+        if self.strip < 1 or self.block_m % self.strip:
+            raise ValueError(f"strip={self.strip} must divide block_m={self.block_m}")
+        if self.channels < DEPTH or self.channels % DEPTH:
+            raise ValueError(f"channels={self.channels} must be a positive multiple of {DEPTH}")
+        if Shape.parse(self.shape) is None:
+            raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * LANES
+
+    @property
+    def compiled(self) -> Shape:
+        return Shape.checked(self.shape)
+
+    def shared_bytes(self) -> int:
+        """A [block_m][channels] and B [block_n][channels] (rows padded by 16 bytes, igemm.h Config), the
+        staged output tile [block_m][block_n + 8], then fp32: the depthwise weights [taps][channels], their
+        biases [channels] and the block's pointwise biases [block_n]."""
+        pad = 16 // OPERAND_BYTES
+        operands = (self.block_m + self.block_n) * (self.channels + pad) + self.block_m * (self.block_n + pad)
+        floats = (math.prod(self.compiled.filter) + 1) * self.channels + self.block_n
+        return operands * OPERAND_BYTES + floats * FP32_BYTES
+
+    def suffix(self) -> str:
+        return f"b{self.block_m}x{self.block_n}_w{self.warps_m}x{self.warps_n}_r{self.strip}_c{self.channels}_{self.shape}"
+
+    def template_values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "block_m": self.block_m, "block_n": self.block_n, "warps_m": self.warps_m, "warps_n": self.warps_n,
+            "threads": self.threads, "strip": self.strip, "channels": self.channels,
+            "min_blocks": max(1, RESIDENT_BLOCKS * 256 // self.threads)}
+        for name in ("filter", "stride", "dilation"):
+            values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
+        return values
+
+
+_SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)_w(?P<warps_m>\d+)x(?P<warps_n>\d+)_r(?P<strip>\d+)"
+                        r"_c(?P<channels>\d+)_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)")
+
+
+def reduction_width(C: int) -> int:
+    """C rounded up to the instruction's depth: what a problem's instances compile in."""
+    return math.ceil(C / DEPTH) * DEPTH
+
+
+class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
+    name = "rowtile"
+    template = "dwsep_conv_fwd/rowtile.hip.j2"
+    params_type = RowtileParams
+    suffix_re = _SUFFIX_RE
+    description = ("channels-last, every input channel in one block: a tile of positions along one row, depthwise "
+                   "strips along W into shared memory, one mma.sync pass over all of C; filter and C compiled in; "
+                   "fp16, bf16, C a multiple of 8")
+
+    def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
+        return CELLS
+
+    def problem_values(self, problem: DwsepProblem) -> dict[str, Any]:
+        return {**super().problem_values(problem), "channels": reduction_width(problem.C)}
+
+    def parse_suffix(self, suffix: str) -> RowtileParams | None:
+        return params_from_suffix(self.suffix_re, RowtileParams, suffix, {"shape": str})
+
+    def cell_allows(self, params: RowtileParams, layout: Layout, dtype: DType, ndim: int) -> bool:
+        return len(params.compiled.filter) == ndim
+
+    def why_not(self, p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
+        wrong = self.wrong_shape(p.shape, p.compiled, problem)
+        if wrong:
+            return wrong
+        if problem.C % CHUNK:
+            return f"C={problem.C} is not a multiple of {CHUNK} (a depthwise thread's 16-byte chunk)"
+        if p.channels != reduction_width(problem.C):
+            return f"compiled for {p.channels} channels, problem has C={problem.C} (a reduction of {reduction_width(problem.C)})"
+        if p.strip > 1 and p.strip // 2 >= problem.output[-1]:
+            return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
+                    f"{p.strip // 2}; a longer one only costs registers")
+        if problem.output[-1] <= p.block_m // 4:
+            return (f"the output's rows are {problem.output[-1]} positions long: a tile of {p.block_m} along one "
+                    "would leave three quarters of it idle")
+        largest = max(problem.N * problem.C * math.prod(problem.input), problem.positions * problem.K)
+        if largest > INT32_LIMIT:
+            return "a tensor has 2**31 elements or more; the kernel indexes its channels with 32-bit integers"
+        if math.ceil(problem.K / p.block_n) > GRID_Y_LIMIT:
+            return f"K={problem.K} needs more than {GRID_Y_LIMIT} channel tiles"
+        shared = p.shared_bytes()
+        if shared > target.shared_optin:
+            return f"needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
+        return None
+
+    def template_values(self, params: RowtileParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
+        return params.template_values() | {"tin": cpp_type(dtype.tensor)}
+
+    def launch_plan(self, p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> LaunchPlan:
+        grid = (_blocks(p, problem, target), math.ceil(problem.K / p.block_n), 1)
+        return LaunchPlan((Launch("kf_main", grid, (p.threads, 1, 1), (dwsep_args(problem),),
+                                  shared_bytes=p.shared_bytes()),))
+
+    def heuristic_score(self, p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> float:
+        """Below every other family's point (their scores stay above -7): no rowtile time has been measured on a
+        GPU yet, so an untuned problem is never served one and a budgeted tune measures the others first; a
+        full tune measures and verifies these as any candidate. Within the family: the share of the tiles'
+        positions and output channels used."""
+        used_m = problem.output[-1] / (math.ceil(problem.output[-1] / p.block_m) * p.block_m)
+        used_n = problem.K / (math.ceil(problem.K / p.block_n) * p.block_n)
+        return UNMEASURED_LEVEL + used_m + used_n
+
+
+UNMEASURED_LEVEL = -10.0
+
+
+def _tiles(p: RowtileParams, problem: DwsepProblem) -> int:
+    """Tiles of a channel tile: every output row's runs of block_m positions."""
+    rows = problem.N * math.prod(problem.output[:-1])
+    return rows * math.ceil(problem.output[-1] / p.block_m)
+
+
+def _blocks(p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> int:
+    """One wave of resident blocks (at most RESIDENT_BLOCKS an SM, fewer where shared memory allows fewer),
+    each walking the tiles gridDim.x apart with its weights loaded once; never more blocks than tiles."""
+    per_sm = RESIDENT_BLOCKS
+    if target.shared_per_processor:
+        per_sm = max(1, min(per_sm, target.shared_per_processor // (p.shared_bytes() + target.shared_reserved)))
+    tiles_n = math.ceil(problem.K / p.block_n)
+    return max(1, min(_tiles(p, problem), math.ceil(per_sm * target.processors / tiles_n)))

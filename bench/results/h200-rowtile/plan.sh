@@ -1,0 +1,23 @@
+# rowtile, first measurement (H200; not yet run): every rowtile instance on the GPU-test problems it serves and
+# its random problems against PyTorch, then every candidate of each family timed beside PyTorch on a few layers.
+set -u
+# Run from the repository root with the SQLAlchemy and platformdirs wheels in .whl/ (carried).
+python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl
+export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}
+unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1
+python3 -m compileall -q factory .site > /dev/null 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_dwsep_conv_fwd.py -k rowtile -x 2>&1 | tail -8
+T="python3 scripts/time_instances.py dwsep_conv_fwd NHWGC"
+for spec in "fp16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
+            "bf16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
+            "fp16 N=64,C=32,K=64,input=112x112,filter=3x3,pad=1" \
+            "bf16 N=32,C=96,K=24,input=112x112,filter=3x3,pad=1" \
+            "fp16 N=64,C=144,K=24,input=56x56,filter=3x3,pad=1" \
+            "fp16 N=64,C=64,K=128,input=112x112,filter=3x3,stride=2,pad=1" \
+            "bf16 N=32,C=120,K=40,input=56x56,filter=5x5,pad=2" \
+            "fp16 N=8,C=96,K=128,input=4096,filter=9,pad=4"; do
+  set -- $spec
+  echo "=== $1 $2"
+  timeout 120 $T $1 "$2" --per-family --show 6 2>&1 | tail -14
+done

@@ -16,8 +16,10 @@ for spec in "fp16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
             "fp16 N=64,C=144,K=24,input=56x56,filter=3x3,pad=1" \
             "fp16 N=64,C=64,K=128,input=112x112,filter=3x3,stride=2,pad=1" \
             "bf16 N=32,C=120,K=40,input=56x56,filter=5x5,pad=2" \
-            "fp16 N=8,C=96,K=128,input=4096,filter=9,pad=4"; do
+            "fp16 N=8,C=96,K=128,input=4096,filter=9,pad=4" \
+            "bf16 N=32,C=272,K=112,input=22x22,filter=7x7,pad=3" \
+            "bf16 N=16,C=352,K=352,input=22x41,filter=7x7,pad=3,bias_dw=1,bias_pw=1"; do
   set -- $spec
   echo "=== $1 $2"
-  timeout 120 $T $1 "$2" --per-family --show 6 2>&1 | tail -14
+  timeout 90 $T $1 "$2" --per-family --show 6 2>&1 | tail -14
 done

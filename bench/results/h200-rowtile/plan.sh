@@ -23,3 +23,9 @@ for spec in "fp16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
   echo "=== $1 $2"
   timeout 90 $T $1 "$2" --per-family --show 6 2>&1 | tail -14
 done
+# Where a rowtile call's time goes on mnv1_b64 (the point whose 256 strips of 4 give each thread one item).
+timeout 90 ncu --clock-control none -k regex:"kf_main" -c 1 --section SpeedOfLight --section Occupancy \
+  --section LaunchStats --section WarpStateStats --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+  python3 scripts/profile_one.py dwsep_conv_fwd NHWGC fp16 "N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
+  dwsep_conv_fwd_2d_nhwgc_fp16_rowtile_b128x128_w2x4_r4_c64_k3x3s1x1d1x1 > ${OUT:-.}/ncu_mnv1_b64.txt 2>&1
+grep -E "Duration|DRAM Throughput|Issued Warp|Eligible Warps|Achieved Occupancy|dram__bytes" ${OUT:-.}/ncu_mnv1_b64.txt

@@ -103,6 +103,14 @@ CASES = [
     # ... and in the second of two groups of chunks (33 chunks, the last of them 5 channels).
     Case("twopass-nhwgc-fp16-1d-c261", "twopass", L.NHWGC, D.FP16, "N=2,C=261,K=16,input=13,filter=3,pad=1,bias_dw=1",
          lambda p: p.strip == 2),
+    # twopass with staged stores: NCHW-style rows of 30 positions (16-byte pieces unaligned past a row's first),
+    # a column tile past the last position; channels-last K = 21 (one element at a time) past a tile of 128
+    # rows with only 6 x 7 x 2 positions, both biases and activations.
+    Case("twopass-ngchw-fp16-2d-staged", "twopass", L.NGCHW, D.FP16,
+         "N=2,C=16,K=70,input=5x6,filter=3x3,pad=1,bias_pw=1,act_pw=relu", lambda p: p.store.value == "staged" and p.block_n == 128),
+    Case("twopass-nhwgc-bf16-2d-staged", "twopass", L.NHWGC, D.BF16,
+         "N=2,C=24,K=21,input=6x7,filter=3x3,pad=1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu6",
+         lambda p: p.store.value == "staged" and p.block_m == 128 and p.block_n == 128),
     # rowtile: C under the instruction's depth (24 of 32, 8 of 16: zero channels in A and B), a row's last
     # strip part past its end (Wo = 19 under strips of 4) and a second tile along a row (Wo = 70 under 64),
     # K past a channel tile (72 under 64) and odd K (elements stored one by one), stride 2, dilation 2, 1-3 D.

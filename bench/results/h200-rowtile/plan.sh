@@ -1,5 +1,5 @@
-# rowtile, first measurement (H200; not yet run): every rowtile instance on the GPU-test problems it serves and
-# its random problems against PyTorch, then every candidate of each family timed beside PyTorch on a few layers.
+# The first measurement of rowtile and of twopass's staged stores (H200; not yet run): every rowtile instance on
+# the GPU-test problems it serves and its random problems against PyTorch, then candidates timed beside PyTorch.
 set -u
 # Run from the repository root with the SQLAlchemy and platformdirs wheels in .whl/ (carried).
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl
@@ -7,7 +7,11 @@ export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests${PYTHONPATH:+:$PYTHONP
 unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1
 python3 -m compileall -q factory .site > /dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_dwsep_conv_fwd.py -k rowtile -x 2>&1 | tail -8
+PART=${1:-all}  # verify | time | stores | all (each of the first three fits one call)
+if [ "$PART" = verify ] || [ "$PART" = all ]; then
+timeout 500 python3 -m pytest -q -m gpu tests/test_gpu_dwsep_conv_fwd.py -k "rowtile or twopass" 2>&1 | tail -8
+fi
+if [ "$PART" = time ] || [ "$PART" = all ]; then
 T="python3 scripts/time_instances.py dwsep_conv_fwd NHWGC"
 for spec in "fp16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
             "bf16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
@@ -29,3 +33,17 @@ timeout 90 ncu --clock-control none -k regex:"kf_main" -c 1 --section SpeedOfLig
   python3 scripts/profile_one.py dwsep_conv_fwd NHWGC fp16 "N=64,C=64,K=128,input=112x112,filter=3x3,pad=1" \
   dwsep_conv_fwd_2d_nhwgc_fp16_rowtile_b128x128_w2x4_r4_c64_k3x3s1x1d1x1 > ${OUT:-.}/ncu_mnv1_b64.txt 2>&1
 grep -E "Duration|DRAM Throughput|Issued Warp|Eligible Warps|Achieved Occupancy|dram__bytes" ${OUT:-.}/ncu_mnv1_b64.txt
+fi
+if [ "$PART" = stores ] || [ "$PART" = all ]; then
+# twopass's staged stores: the best `_st_` point against the best element-store point, every twopass candidate.
+for spec in "NGCHW fp16 N=16,C=96,K=144,input=45x45,filter=3x3,pad=1" \
+            "NGCHW bf16 N=4,C=312,K=312,input=12x12,filter=7x7,pad=3" \
+            "NGCHW fp16 N=32,C=96,K=96,input=56x56,filter=5x5,stride=2,pad=2" \
+            "NHWGC fp16 N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1" \
+            "NHWGC fp16 N=64,C=64,K=128,input=112x112,filter=3x3,pad=1"; do
+  set -- $spec
+  echo "=== twopass stores: $1 $2 $3"
+  timeout 90 python3 scripts/time_instances.py dwsep_conv_fwd $1 $2 "$3" --family twopass --show 200 2>&1 |
+    awk '/floor/ {print; next} / us / && /_st_/ && !s {print "  best staged: " $0; s=1} / us / && !/_st_/ && !e {print "  best element:" $0; e=1}'
+done
+fi

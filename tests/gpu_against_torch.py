@@ -91,11 +91,12 @@ def heuristic_picks(family: str, problems: Sequence[Any], target: Any) -> tuple[
 def stage_picks_on_random_shapes(family: str, draw: Callable[[Any], Any], count: int, seed: int, target: Any,
                                  fewest: Callable[[Any], int] = lambda params: params.split_k,
                                  kind: Callable[[Any], Any] = lambda params: params.stages,
+                                 only: Callable[[Any], bool] = lambda params: True,
                                  ) -> tuple[list[tuple[Any, Any]], int]:
     """(problem, instance) runs for `count` problems `draw(rng)` makes (numpy Generator seeded with `seed`)
-    that `family` serves: per problem the instance the heuristic ranks first, the one with the fewest
-    blocks along the reduction (`fewest` of its params: splits by default), and the best-ranked of each
-    `kind` of point (its stage count by default). Returns the runs and the shapes."""
+    that `family`'s points with `only(params)` serve: per problem the instance the heuristic ranks first, the
+    one with the fewest blocks along the reduction (`fewest` of its params: splits by default), and the
+    best-ranked of each `kind` of point (its stage count by default). Returns the runs and the shapes."""
     import numpy as np
 
     from factory.catalog import specialized_instances
@@ -105,7 +106,8 @@ def stage_picks_on_random_shapes(family: str, draw: Callable[[Any], Any], count:
     shapes = 0
     while shapes < count:
         problem = draw(rng)
-        own = [c for c in specialized_instances(problem) if c.family == family and c.why_not(problem, target) is None]
+        own = [c for c in specialized_instances(problem)
+               if c.family == family and only(c.params) and c.why_not(problem, target) is None]
         if not own:
             continue
         shapes += 1

@@ -9,7 +9,8 @@ python3 -m compileall -q factory .site > /dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 PART=${1:-all}  # verify | time | stores | all (each of the first three fits one call)
 if [ "$PART" = verify ] || [ "$PART" = all ]; then
-timeout 500 python3 -m pytest -q -m gpu tests/test_gpu_dwsep_conv_fwd.py -k "rowtile or twopass" 2>&1 | tail -8
+timeout 540 python3 -m pytest -q -m gpu tests/test_gpu_dwsep_conv_fwd.py -k "rowtile or twopass" \
+  tests/test_gpu_dwsep_random.py 2>&1 | tail -8
 fi
 if [ "$PART" = time ] || [ "$PART" = all ]; then
 T="python3 scripts/time_instances.py dwsep_conv_fwd NHWGC"

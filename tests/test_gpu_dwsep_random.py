@@ -1,0 +1,78 @@
+"""On a GPU: dwsep_conv_fwd's `rowtile` points and twopass's staged-store points against PyTorch's two
+convolutions on 50 seeded random shapes each that they serve.
+
+Shapes: 1-3 D, filters of 1-9 taps a side, stride 1-2, dilation 1-2, N 1-8, sizes that are multiples of
+nothing, fp16 and bf16, biases and activations mixed; C a multiple of 8 up to 256 (rowtile's channels in one
+block) or any C (twopass), K any count up to 300; rowtile's draws are channels-last with rows of 20-150
+positions. Per shape the point the heuristic ranks first within the kind of point, the one with the smallest
+tile, and the best-ranked of each strip run through Kernel.run on PyTorch tensors (outputs poisoned first) and
+must agree with PyTorch as `kfactory bench` requires."""
+
+import numpy as np
+import pytest
+
+from factory.device import target_for
+from factory.ops.dwsep_conv_fwd import SOLVER
+from factory.problem import DType, InvalidProblem, Layout
+from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+
+pytestmark = pytest.mark.gpu
+
+SEED = 9292
+COUNT = 50
+ACTS = ("none", "relu", "relu6")
+
+
+def draw(rng: np.random.Generator, channels_last_rows: bool) -> tuple[str, Layout]:
+    """One depthwise-separable layer; with `channels_last_rows`, channels-last with C a multiple of 8 and long rows."""
+    ndim = int(rng.choice([1, 2, 2, 2, 3]))
+    k = int(rng.choice([1, 3, 3, 5, 7, 9]))
+    filt = {1: (k,), 2: (k, k), 3: ((3, 3, 3), (1, 3, 3), (3, 1, 1))[int(rng.integers(3))]}[ndim]
+    stride = tuple(int(rng.choice([1, 1, 2])) for _ in range(ndim))
+    dilation = tuple(int(rng.choice([1, 1, 1, 2])) for _ in range(ndim))
+    lead = tuple(int(rng.integers(max(filt[d], 3), {1: 3, 2: 40, 3: 10}[ndim] + 3)) for d in range(ndim - 1))
+    width = int(rng.integers(20, 151)) * stride[-1] if channels_last_rows else int(rng.integers(max(filt[-1], 3), 120))
+    size = lead + (width,)
+    pad = tuple(int(rng.integers(0, (f - 1) * d + 1)) for f, d in zip(filt, dilation))
+    c = 8 * int(rng.integers(1, 33)) if channels_last_rows or rng.random() < 0.6 else int(rng.integers(1, 200))
+    dims = lambda v: "x".join(map(str, v))  # noqa: E731
+    spec = (f"N={int(rng.integers(1, 9))},C={c},K={int(rng.integers(1, 301))},input={dims(size)},filter={dims(filt)},"
+            f"stride={dims(stride)},pad={dims(pad)},dilation={dims(dilation)},bias_dw={int(rng.integers(2))},"
+            f"bias_pw={int(rng.integers(2))},act_dw={ACTS[int(rng.integers(3))]},act_pw={ACTS[int(rng.integers(3))]}")
+    layout = Layout.NHWGC if channels_last_rows else (Layout.NHWGC, Layout.NGCHW)[int(rng.integers(2))]
+    return spec, layout
+
+
+def problem_drawer(channels_last_rows: bool):
+    def draw_problem(rng: np.random.Generator):
+        while True:
+            spec, layout = draw(rng, channels_last_rows)
+            dtype = (DType.FP16, DType.BF16)[int(rng.integers(2))]
+            try:
+                return SOLVER.parse_problem(spec, layout, dtype)
+            except InvalidProblem:
+                continue  # a dilated filter past the padded input: draw again
+    return draw_problem
+
+
+def run_family(family: str, draw_problem, gpu_backend, kind=lambda p: p.strip, smallest=lambda p: p.block_m,
+               only=lambda p: True) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    torch.backends.cudnn.allow_tf32 = False
+    target = target_for(gpu_backend.device_info())
+    runs, shapes = stage_picks_on_random_shapes(family, draw_problem, COUNT, SEED, target, fewest=smallest, kind=kind,
+                                                only=only)
+    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
+    print(f"{ran} runs of {family} points on {shapes} random shapes against PyTorch, {len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    assert ran >= COUNT
+
+
+def test_rowtile_matches_pytorch_on_random_shapes(gpu_backend):
+    run_family("rowtile", problem_drawer(True), gpu_backend)
+
+
+def test_twopass_staged_stores_match_pytorch_on_random_shapes(gpu_backend):
+    run_family("twopass", problem_drawer(False), gpu_backend, only=lambda p: p.store.value == "staged")

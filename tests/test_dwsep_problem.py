@@ -330,17 +330,17 @@ def test_twopass_compiles_in_whether_c_fills_whole_chunks():
     assert heuristic_pick(odd, target=H100).family == "twopass"
 
 
-def test_rowtile_compiles_in_c_rounded_up_to_the_instruction_s_depth():
-    """C = 24 compiles a reduction of 32 (`_c32`), names parse back; another C, odd C, short rows and NCHW-style
-    layers are refused with the reason."""
+def test_rowtile_compiles_in_c():
+    """C = 24 is compiled in (`_c24`, a reduction of 32), names parse back; another C, odd C, short rows and
+    NCHW-style layers are refused with the reason."""
     problem = SOLVER.parse_problem("N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
     family = SOLVER.families["rowtile"]
     points = [i for i in lookup(problem, target=H100) if i.family == "rowtile"]
     assert len(points) == 4  # block_m 128 refused: Wo = 19 fills under a quarter of its tile
-    assert all(i.name.endswith("_c32_k3x3s2x2d1x1") for i in points)
+    assert all(i.name.endswith("_c24_k3x3s2x2d1x1") for i in points)
     assert family.parse_suffix(points[0].params.suffix()) == points[0].params
     other = SOLVER.parse_problem("N=2,C=40,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
-    assert "compiled for 32 channels, problem has C=40" in family.why_not(points[0].params, other, H100)
+    assert "compiled for C=24, problem has C=40" in family.why_not(points[0].params, other, H100)
     odd = SOLVER.parse_problem("N=2,C=20,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
     assert "C=20 is not a multiple of 8" in family.why_not(points[0].params, odd, H100)
     short = SOLVER.parse_problem("N=2,C=24,K=40,input=5x31,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)

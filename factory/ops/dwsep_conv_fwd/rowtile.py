@@ -8,7 +8,8 @@ along one output row with every channel: a thread computes 16 bytes of channels 
 along W, each input column of a filter row loaded and widened once for the strip; the tile's depthwise
 outputs become the GEMM's A in shared memory, the block's pointwise weights (loaded once, the whole
 reduction) its B, one pass of mma.sync, and the output tile leaves 16 bytes a thread. Filter, stride,
-dilation and C (rounded up to the instruction's depth) are compiled in. fp16 / bf16; C a multiple of 8.
+dilation and C are compiled in (C rounded up to the instruction's depth is the reduction). fp16 / bf16; C a
+multiple of 8.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class RowtileParams:
     warps_m: int
     warps_n: int
     strip: int  # positions along W a depthwise thread computes (a filter row's inputs loaded once for them)
-    channels: int  # C rounded up to DEPTH, compiled in from the problem: the GEMM's whole reduction
+    channels: int  # the problem's C, compiled in (a multiple of CHUNK); rounded up to DEPTH, the GEMM's whole reduction
     shape: str  # the depthwise filter, stride and dilation, compiled in (conv.shape.spell_shape)
 
     def __post_init__(self) -> None:
@@ -53,8 +54,8 @@ class RowtileParams:
                              f"warp tiles of whole {MMA_M}x{MMA_N} instructions")
         if self.strip < 1 or self.block_m % self.strip:
             raise ValueError(f"strip={self.strip} must divide block_m={self.block_m}")
-        if self.channels < DEPTH or self.channels % DEPTH:
-            raise ValueError(f"channels={self.channels} must be a positive multiple of {DEPTH}")
+        if self.channels < CHUNK or self.channels % CHUNK:
+            raise ValueError(f"channels={self.channels} must be a positive multiple of {CHUNK}")
         if Shape.parse(self.shape) is None:
             raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
 
@@ -71,8 +72,9 @@ class RowtileParams:
         staged output tile [block_m][block_n + 8], then fp32: the depthwise weights [taps][channels], their
         biases [channels] and the block's pointwise biases [block_n]."""
         pad = 16 // OPERAND_BYTES
-        operands = (self.block_m + self.block_n) * (self.channels + pad) + self.block_m * (self.block_n + pad)
-        floats = (math.prod(self.compiled.filter) + 1) * self.channels + self.block_n
+        width = reduction_width(self.channels)
+        operands = (self.block_m + self.block_n) * (width + pad) + self.block_m * (self.block_n + pad)
+        floats = (math.prod(self.compiled.filter) + 1) * width + self.block_n
         return operands * OPERAND_BYTES + floats * FP32_BYTES
 
     def suffix(self) -> str:
@@ -93,7 +95,7 @@ _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)_w(?P<warps_m>\d+)x(
 
 
 def reduction_width(C: int) -> int:
-    """C rounded up to the instruction's depth: what a problem's instances compile in."""
+    """C rounded up to the instruction's depth: the GEMM's reduction, whose channels from C on are zeros."""
     return math.ceil(C / DEPTH) * DEPTH
 
 
@@ -110,7 +112,7 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         return CELLS
 
     def problem_values(self, problem: DwsepProblem) -> dict[str, Any]:
-        return {**super().problem_values(problem), "channels": reduction_width(problem.C)}
+        return {**super().problem_values(problem), "channels": problem.C}
 
     def parse_suffix(self, suffix: str) -> RowtileParams | None:
         return params_from_suffix(self.suffix_re, RowtileParams, suffix, {"shape": str})
@@ -124,8 +126,8 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
             return wrong
         if problem.C % CHUNK:
             return f"C={problem.C} is not a multiple of {CHUNK} (a depthwise thread's 16-byte chunk)"
-        if p.channels != reduction_width(problem.C):
-            return f"compiled for {p.channels} channels, problem has C={problem.C} (a reduction of {reduction_width(problem.C)})"
+        if p.channels != problem.C:
+            return f"compiled for C={p.channels}, problem has C={problem.C}"
         if p.strip > 1 and p.strip // 2 >= problem.output[-1]:
             return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
                     f"{p.strip // 2}; a longer one only costs registers")

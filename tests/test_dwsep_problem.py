@@ -163,6 +163,7 @@ def test_suite_refuses_a_layout_without_kernels(tmp_path):
 from factory.device import target_for_device  # noqa: E402
 from factory.ops.dwsep_conv_fwd.fused import Fused, FusedMfma, FusedParams  # noqa: E402
 from factory.ops.dwsep_conv_fwd.twopass import preferred_strip  # noqa: E402
+from factory.catalog import unspecialized_families  # noqa: E402
 from factory.selector import cell_instances, heuristic_pick, lookup  # noqa: E402
 
 
@@ -343,6 +344,7 @@ def test_rowtile_compiles_in_c():
     assert "compiled for C=24, problem has C=40" in family.why_not(points[0].params, other, H100)
     odd = SOLVER.parse_problem("N=2,C=20,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
     assert "C=20 is not a multiple of 8" in family.why_not(points[0].params, odd, H100)
+    assert "C=20 is not a multiple of 8: rowtile reads" in unspecialized_families(odd)["rowtile"]
     short = SOLVER.parse_problem("N=2,C=24,K=40,input=5x31,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
     assert "rows are 16 positions long" in family.why_not(points[0].params, short, H100)
     nchw = SOLVER.parse_problem("N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NGCHW, DType.FP16)

@@ -24,18 +24,17 @@ from ...problem import DType, Layout
 from ..base import Family, Launch, LaunchPlan, params_from_suffix
 from ..conv import cpp_type
 from ..conv import layouts as cl
-from ..conv.family import LANES, MMA_M, MMA_N, MmaSyncRules
+from ..conv.family import LANES, MMA_K, MMA_M, MMA_N, MmaSyncRules
 from ..conv.shape import CompiledShape, Shape
-from .fused import INT32_LIMIT, dwsep_args
+from ..conv.warpgroups import OPERAND_BYTES
+from .fused import GRID_Y_LIMIT, INT32_LIMIT, dwsep_args
 from .problem import DwsepProblem
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16) for ndim in (1, 2, 3))
 CHUNK = 8  # channels of a depthwise thread: 16 bytes
-DEPTH = 16  # the instruction's reduction depth (mma.sync m16n8k16): C is rounded up to it
-OPERAND_BYTES = 2
+DEPTH = MMA_K  # the instruction's reduction depth (mma.sync m16n8k16): C is rounded up to it
 FP32_BYTES = 4
 RESIDENT_BLOCKS = 2  # blocks an SM the launch bounds ask for (a register cap of 128 a thread at 256 threads)
-GRID_Y_LIMIT = 65535
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,8 @@ class RowtileParams:
         if self.strip < 1 or self.block_m % self.strip:
             raise ValueError(f"strip={self.strip} must divide block_m={self.block_m}")
         if self.channels < CHUNK or self.channels % CHUNK:
-            raise ValueError(f"channels={self.channels} must be a positive multiple of {CHUNK}")
+            raise ValueError(f"C={self.channels} is not a multiple of {CHUNK}: rowtile reads a position's channels "
+                             f"16 bytes at a time (twopass and fused serve any C)")
         if Shape.parse(self.shape) is None:
             raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
 

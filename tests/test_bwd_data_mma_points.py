@@ -12,7 +12,8 @@ from factory.catalog import instance_by_name
 from factory.device import TARGETS
 from factory.ops.conv_bwd_data import SOLVER
 from factory.ops.base import Buf, Launch
-from factory.ops.conv_bwd_data.mma import ACC_BYTES, MmaParams, PhaseLaunch, TileStore
+from factory.ops.conv.tile_store import TileStore
+from factory.ops.conv_bwd_data.mma import ACC_BYTES, MmaParams, PhaseLaunch
 from factory.problem import DType, Layout
 from factory.selector import lookup
 

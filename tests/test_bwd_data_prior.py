@@ -12,7 +12,7 @@ import pytest
 from factory.device import target_for_device
 from factory.ops import solver_for
 from factory.ops.conv_bwd_data.dwr import lane_weight_cost
-from factory.ops.conv_bwd_data.mma import TileStore
+from factory.ops.conv.tile_store import TileStore
 from factory.ops.conv_bwd_data.wgmma import WgmmaParams
 from factory.problem import DType, Layout, Op
 from factory.selector import heuristic_pick, lookup

@@ -21,6 +21,7 @@ from ..base import I32, Buf, Launch, LaunchPlan, Struct
 from ..conv import layouts as cl
 from ..conv.family import CHUNK_BYTES_MAX, LANES, MMA_K, MMA_M, MMA_N, MmaSyncRules
 from ..conv import kernel_args
+from ..conv.tile_store import TileStore
 from ..conv.transpose import TRANSPOSE_TILE, copy_regions, transpose_launch, transpose_values
 from .common import ALL_CELLS, GRID_Y_LIMIT, OUTPUT, TENSORS, BwdDataFamily, input_positions, reduction_rows, result_scalar
 
@@ -37,15 +38,6 @@ STORE_BYTES = 16  # a staged store's vector of grad_input elements
 MAX_TAPS = 256  # the template's table of a phase's taps
 TAP_BYTES = 20  # one table entry (Tap: two offsets, three ints)
 GRID_Z_LIMIT = 65535
-
-
-class TileStore(enum.Enum):
-    """How a block's finished tile reaches grad_input: each accumulator where it lies in the matrix
-    instructions' layout (2-element pieces over 8 rows a warp store), or staged through shared memory and
-    written 16 bytes a thread along C (channels-last grad_input with C a multiple of the vector only)."""
-
-    ELEMENT = "element"
-    STAGED = "staged"
 
 
 class PhaseLaunch(enum.Enum):

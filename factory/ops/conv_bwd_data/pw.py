@@ -27,7 +27,8 @@ from ..conv.family import WgmmaRules
 from ..conv.transpose import transpose_values
 from ..conv.warpgroups import GROUP_ROWS, OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
 from .common import ALL_CELLS, GRID_Y_LIMIT, BwdDataFamily
-from .mma import TileStore, channels_last_copy, transpose_refusal, transposed_gain, transposed_plan
+from ..conv.tile_store import TileStore
+from .mma import channels_last_copy, transpose_refusal, transposed_gain, transposed_plan
 from .wgmma import MIN_PRODUCTS
 
 CELLS = frozenset(cell for cell in ALL_CELLS if cell[1] in (DType.FP16, DType.BF16))

@@ -17,10 +17,10 @@ from ...problem import ConvProblem, DType, Layout
 from ..conv.family import WgmmaRules
 from ..conv import layouts as cl
 from ..conv.warpgroups import ATOM_BYTES, GROUP_ROWS, GROUP_THREADS, MAX_N, OPERAND_BYTES, SWIZZLE_ROW
+from ..conv.tile_store import TileStore
 from ..conv.transpose import transpose_values
 from .common import ALL_CELLS
-from .mma import (ACC_BYTES, MAX_TAPS, TAP_BYTES, Mma, PhaseLaunch, TileStore, check_groups_per_tile,
-                  groups_suffix)
+from .mma import ACC_BYTES, MAX_TAPS, TAP_BYTES, Mma, PhaseLaunch, check_groups_per_tile, groups_suffix
 
 SWIZZLE_UNIT = 8  # 16-bit elements in a 16-byte unit of the swizzled tiles
 # Groups whose GEMM is smaller than this (C*K) are left to `mma` and the memory-bound families: on random seed

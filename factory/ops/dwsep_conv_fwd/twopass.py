@@ -35,7 +35,7 @@ from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
 from ..conv.shape import CompiledShape, Shape
 from ..conv.warpgroups import OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
-from ..conv_bwd_data.mma import TileStore
+from ..conv.tile_store import TileStore
 from .fused import INT32_LIMIT, dwsep_args
 from .problem import DwsepProblem
 

@@ -68,6 +68,13 @@ def test_conv_case_becomes_the_problem_the_suite_describes():
                                        pad=(2, 2), dilation=(1, 1), layout=Layout.NGCHW, dtype=DType.FP32)
 
 
+def test_a_case_may_name_words_of_its_ops_problem_language(tmp_path):
+    path = _suite(tmp_path, "dwsep_conv_fwd = [ { name = 'd', N = 2, C = 8, K = 16, input = [9, 9], filter = [3, 3], "
+                            "pad = [1, 1], bias_pw = 1, act_dw = 'relu6', layouts = ['NHWGC'] } ]")
+    item = next(iter(expand(load_suite(path), dtypes=[DType.FP16])))
+    assert item.problem.act_dw.value == "relu6" and item.problem.act_pw.value == "none" and item.problem.bias_pw
+
+
 def test_filters():
     suite = load_suite()
     only = expand(suite, ops=parse_ops("conv_bwd_weight"), dtypes=parse_dtypes("fp32"))
@@ -111,8 +118,10 @@ def _suite(tmp_path: Path, text: str) -> Path:
      "NGCHW, NHWGC only"),
     ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [4], filter = [9] } ]",
      "conv_bwd_weight/a .*filter"),
-    ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [8], filter = [3], X = 'y' } ]",
-     "X must be an integer"),
+    ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [8], filter = [3], X = 1.5 } ]",
+     "X must be an integer, a list of integers or a word"),
+    ("dwsep_conv_fwd = [ { name = 'd', N = 1, C = 8, K = 8, input = [8, 8], filter = [3, 3], act_dw = 'gelu' } ]",
+     "dwsep_conv_fwd/d .*gelu"),
     ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [8], filter = [3], bogus = 1 } ]",
      "unknown field 'bogus'"),
     ("conv_bwd_weight = [ { name = 'a', N = 1, G = 1, C = 1, K = 1, input = [8], filter = [3] },"

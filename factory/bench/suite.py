@@ -3,7 +3,8 @@
 A suite has one array of tables per op id. Each case has a `name`, the op's size fields (lists for
 per-dim values: `input = [28, 28]` becomes `input=28x28`), optional `fp32 = true` (adds fp32 to fp16
 and bf16) and `layouts` (default NGCHW, PyTorch's default layout). The op's own problem parser turns
-the sizes into a problem, so the suite speaks each op's --problem language.
+the sizes into a problem, so the suite speaks each op's --problem language: words too, such as
+dwsep_conv_fwd's activations (`act_dw = "relu6"`).
 """
 
 from __future__ import annotations
@@ -95,9 +96,11 @@ def _case(path: Path, op: Op, index: int, entry: dict[str, Any]) -> Case:
         raise BenchError(f"{where}: {op.value} is benchmarked in {', '.join(l.name for l in allowed)} only")
     sizes = tuple((key, value) for key, value in entry.items() if key not in _META_KEYS)
     for key, value in sizes:
+        if isinstance(value, str) and value:
+            continue  # a word of the op's problem language (act_dw = "relu6"): its parser checks it
         values = value if isinstance(value, list) else [value]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise BenchError(f"{where}: {key} must be an integer or a list of integers, got {value!r}")
+            raise BenchError(f"{where}: {key} must be an integer, a list of integers or a word, got {value!r}")
     dtypes = BASE_DTYPES + ((DType.FP32,) if fp32 else ())
     return Case(op, name, sizes, dtypes, tuple(dict.fromkeys(layouts)))
 

@@ -153,16 +153,53 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
                                   shared_bytes=p.shared_bytes()),))
 
     def heuristic_score(self, p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> float:
-        """Below every other family's point (their scores stay above -7): no rowtile time has been measured on a
-        GPU yet, so an untuned problem is never served one and a budgeted tune measures the others first; a
-        full tune measures and verifies these as any candidate. Within the family: the share of the tiles'
-        positions and output channels used."""
-        used_m = problem.output[-1] / (math.ceil(problem.output[-1] / p.block_m) * p.block_m)
-        used_n = problem.K / (math.ceil(problem.K / p.block_n) * p.block_n)
-        return UNMEASURED_LEVEL + used_m + used_n
+        """Above every other family's point (their scores stay within +-7) where `preferred` holds, below them
+        elsewhere; within the family: the fewest channel tiles (each recomputes the depthwise stage), then the
+        narrower block_n, the share of the tiles' positions used, block_m 128 where both use a row alike (on
+        the H200 it won 25 of 29 such pairs), the preferred strip (`preferred_strip`), and warps 2x4.
+
+        On the H200 (bench/NOTES.md 94; the shipped channels-last layers rowtile serves, halves fit and
+        heldout, every candidate timed) rowtile won 37 of 62 layers, up to 2.6x the best other family."""
+        tiles_n = math.ceil(problem.K / p.block_n)
+        used_n = problem.K / (tiles_n * p.block_n)
+        positions = problem.output[-1]
+        used_m = positions / (math.ceil(positions / p.block_m) * p.block_m)
+        level = ROWTILE_LEVEL if preferred(problem) else -ROWTILE_LEVEL
+        return (level - 0.5 * math.log2(tiles_n) + 0.3 * used_n + 0.5 * used_m + 0.1 * (p.block_m == 128)
+                + 0.2 * (p.strip == preferred_strip(p, problem)) + 0.01 * (p.warps_m == 2))
 
 
-UNMEASURED_LEVEL = -10.0
+ROWTILE_LEVEL = 10.0
+# Where rowtile loses (H200, NOTES 94): every channel tile recomputes the depthwise stage over all of C, so a
+# layer whose C x channel tiles reaches RECOMPUTE_LIMIT goes to twopass (C = 352-592 at K = 200-552 lost
+# 1.1-4.8x); rows much shorter than a tile waste the GEMM's positions, which costs where the pointwise stage
+# outweighs the taps (SHORT_ROW_TAPS_PER_K), and under C = NARROW_C a tile's work is too small for its fixed cost
+# (C = 16-24: 1.1-2.5x behind fused).
+RECOMPUTE_LIMIT = 1000
+SHORT_ROW_USE = 0.5
+SHORT_ROW_TAPS_PER_K = 0.1
+NARROW_C = 32
+PREFERRED_STRIP_UNITS = 128  # depthwise work items (strips x chunks) of a tile under which a strip of 2 beats 4
+
+
+def _channel_tiles(problem: DwsepProblem) -> int:
+    return 1 if problem.K <= 64 else math.ceil(problem.K / 128)
+
+
+def preferred(problem: DwsepProblem) -> bool:
+    """Whether rowtile's points rank above the other families' on this layer (see ROWTILE_LEVEL's notes)."""
+    if problem.C < NARROW_C or problem.C * _channel_tiles(problem) >= RECOMPUTE_LIMIT:
+        return False
+    positions = problem.output[-1]
+    used = positions / (math.ceil(positions / 64) * 64) if positions < 128 else 1.0
+    return used >= SHORT_ROW_USE or math.prod(problem.filter) * used / problem.K >= SHORT_ROW_TAPS_PER_K
+
+
+def preferred_strip(p: RowtileParams, problem: DwsepProblem) -> int:
+    """4, unless a tile would then hold fewer than PREFERRED_STRIP_UNITS strips x 16-byte chunks (short rows,
+    narrow C): then 2, which gives the block's threads twice the items."""
+    strips = math.ceil(min(problem.output[-1], p.block_m) / 4)
+    return 4 if strips * (problem.C // CHUNK) >= PREFERRED_STRIP_UNITS else 2
 
 
 def _tiles(p: RowtileParams, problem: DwsepProblem) -> int:

@@ -361,7 +361,8 @@ def test_rowtile_compiles_in_c():
     (DType.FP16, "N=64,C=80,K=40,input=106x106,filter=3x3,pad=1", "rowtile", "b128x64_w2x4_r4"),  # 1.45x
     (DType.BF16, "N=16,C=352,K=352,input=22x41,filter=7x7,pad=3", "twopass", None),  # 0.68x: 3 channel tiles
     (DType.FP16, "N=16,C=432,K=552,input=39x39,filter=3x3,stride=2,pad=1", "twopass", None),  # 0.21x
-    (DType.FP16, "N=128,C=24,K=40,input=6x17x17,filter=1x3x3,pad=0x1x1", "fused", None),  # 0.40x: C = 24
+    (DType.FP16, "N=128,C=24,K=40,input=6x17x17,filter=1x3x3,pad=0x1x1", "fused", None),  # 0.40x: C = 24, Wo = 17
+    (DType.FP16, "N=16,C=24,K=104,input=66x66,filter=5x5,pad=2", "rowtile", "b128x128_w2x4_r2"),  # 1.20x: Wo = 66
     (DType.BF16, "N=16,C=168,K=224,input=18x18,filter=3x3,pad=1", None, None),  # 0.81x: rows of 18, 2 tiles
 ])
 def test_the_prior_takes_rowtile_where_it_won_on_the_h200(dtype, spec, family, point):

@@ -173,8 +173,8 @@ ROWTILE_LEVEL = 10.0
 # Where rowtile loses (H200, NOTES 94): every channel tile recomputes the depthwise stage over all of C, so a
 # layer whose C x channel tiles reaches RECOMPUTE_LIMIT goes to twopass (C = 352-592 at K = 200-552 lost
 # 1.1-4.8x); rows much shorter than a tile waste the GEMM's positions, which costs where the pointwise stage
-# outweighs the taps (SHORT_ROW_TAPS_PER_K), and under C = NARROW_C a tile's work is too small for its fixed cost
-# (C = 16-24: 1.1-2.5x behind fused).
+# outweighs the taps (SHORT_ROW_TAPS_PER_K), and under C = NARROW_C on rows shorter than 64 a tile's work is too
+# small for its fixed cost (C = 16-24 on rows of 17-29: 1.1-2.5x behind fused; on rows of 66-88 rowtile won).
 RECOMPUTE_LIMIT = 1000
 SHORT_ROW_USE = 0.5
 SHORT_ROW_TAPS_PER_K = 0.1
@@ -188,9 +188,9 @@ def _channel_tiles(problem: DwsepProblem) -> int:
 
 def preferred(problem: DwsepProblem) -> bool:
     """Whether rowtile's points rank above the other families' on this layer (see ROWTILE_LEVEL's notes)."""
-    if problem.C < NARROW_C or problem.C * _channel_tiles(problem) >= RECOMPUTE_LIMIT:
-        return False
     positions = problem.output[-1]
+    if problem.C * _channel_tiles(problem) >= RECOMPUTE_LIMIT or (problem.C < NARROW_C and positions < 64):
+        return False
     used = positions / (math.ceil(positions / 64) * 64) if positions < 128 else 1.0
     return used >= SHORT_ROW_USE or math.prod(problem.filter) * used / problem.K >= SHORT_ROW_TAPS_PER_K
 

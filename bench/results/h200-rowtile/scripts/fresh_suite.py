@@ -6,6 +6,7 @@ from pathlib import Path
 from factory.bench.random_cases import draw
 from factory.problem import DType, Layout, Op
 from factory.selector import lookup
+from suite_rows import short_name, suite_row
 
 SEED, WANTED = 65, 18
 rows = []
@@ -13,17 +14,7 @@ for item in draw(400, SEED, [Op.DWSEP_CONV_FWD], [DType.FP16, DType.BF16]):
     p = item.problem
     if p.layout is not Layout.NHWGC or not any(i.family == "rowtile" for i in lookup(p)):
         continue
-    sizes = item.problem.key.split(":")[4]
-    fields = []
-    for part in sizes.split(","):
-        name, value = part.split("=")
-        if name in ("input", "filter", "stride", "pad", "dilation"):
-            value = "[" + ", ".join(value.split("x")) + "]"
-        elif not value.isdigit():
-            value = f'"{value}"'
-        fields.append(f"{name} = {value}")
-    name = f"fresh{len(rows):02d}_{len(p.input)}d_c{p.C}_k{p.K}_f{p.filter[-1]}"
-    rows.append("  { name = \"" + name + "\", " + ", ".join(fields) + ', layouts = ["NHWGC"] },')
+    rows.append(suite_row(p.key, short_name("fresh", len(rows), p.key)))
     if len(rows) == WANTED:
         break
 head = (f"# Fresh channels-last dwsep layers rowtile serves, drawn after its prior was fitted (bench/NOTES.md 94): the\n"

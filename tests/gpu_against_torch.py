@@ -2,15 +2,38 @@
 
 from typing import Any, Callable, Sequence
 
+import pytest
+
 from factory.api import SelectMode, select
 from factory.backends import BackendKind
 from factory.compile_cache import CompileJob, compile_many
+from factory.device import DeviceTarget, target_for
 from factory.bench.check import agreement_floor, compare_outputs, matches_reference
 from factory.bench.runner import make_tensors, poison
 from factory.ops import solver_for
 from factory.ops.base import Role
 from factory.problem import UnsupportedProblem
 from factory.sources import source_of
+
+
+def cuda_target(backend: Any, cudnn_tf32: bool = True) -> DeviceTarget:
+    """The GPU's device target; skips the test where PyTorch, the baseline it compares with, has no CUDA.
+    cudnn_tf32=False: cuDNN's fp32 convolutions without TF32, for tests whose fp32 baseline must be exact."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    if not cudnn_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+    return target_for(backend.device_info())
+
+
+def assert_agree_with_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int, what: str) -> int:
+    """run_against_pytorch, its count and failures printed (`N runs of <what> against PyTorch`); fails on any
+    disagreement. Returns how many ran."""
+    ran, failures = run_against_pytorch(runs, backend, seed)
+    print(f"{ran} runs of {what} against PyTorch, {len(failures)} failed")
+    assert not failures, "\n".join(failures)
+    return ran
 
 
 def run_against_pytorch(runs: Sequence[tuple[Any, Any]], backend: Any, seed: int) -> tuple[int, list[str]]:

@@ -14,12 +14,11 @@
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER
 from factory.ops.conv_bwd_data.wgmma import MIN_PRODUCTS as WGMMA_MIN_PRODUCTS
 from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
 from factory.selector import lookup
-from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
+from gpu_against_torch import check_every_instance, cuda_target, heuristic_picks, run_against_pytorch
 from test_gpu_mma_random import draw
 
 pytestmark = pytest.mark.gpu
@@ -142,11 +141,7 @@ def random_depthwise_problems(layouts: tuple = tuple(Layout), ndims: tuple = (1,
 # tests/test_gpu_pointwise.py's and tests/test_gpu_gwl_bwd_data_random.py's.
 @pytest.mark.parametrize("family", sorted(f for f in SOLVER.families if f not in ("pw", "gwl")))
 def test_families_match_pytorch_on_random_problems(family, gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     if family in ("dws", "dwp"):  # W-contiguous layouts, 1-D and 2-D
         drawn = random_depthwise_problems((L.NGCHW, L.NGCHW_GKYXC, L.GNHWC), (1, 2))
     else:

@@ -10,9 +10,8 @@ the fewest splits, and the best-ranked of each stage count run through Kernel.ru
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.problem import DType, Layout, parse_conv_problem
-from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+from gpu_against_torch import assert_agree_with_pytorch, cuda_target, stage_picks_on_random_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -41,17 +40,11 @@ def draw(rng: np.random.Generator) -> str:
 
 
 def test_dwl_matches_pytorch_on_random_shapes(gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend)
 
     def draw_problem(rng: np.random.Generator):
         dtype = DTYPES[int(rng.integers(len(DTYPES)))]
         return parse_conv_problem(draw(rng), Layout.NHWGC, dtype)
 
     runs, shapes = stage_picks_on_random_shapes("dwl", draw_problem, COUNT, SEED, target)
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
-    print(f"{ran} runs of dwl instances on {shapes} random channels-last shapes against PyTorch, {len(failures)} failed")
-    assert not failures, "\n".join(failures)
-    assert ran >= COUNT
+    assert assert_agree_with_pytorch(runs, gpu_backend, SEED, f"dwl instances on {shapes} random channels-last shapes") >= COUNT

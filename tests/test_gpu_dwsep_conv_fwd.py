@@ -10,11 +10,10 @@
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.ops.dwsep_conv_fwd import SOLVER
 from factory.problem import DType, InvalidProblem, Layout
 from factory.selector import lookup
-from gpu_against_torch import check_every_instance, heuristic_picks, run_against_pytorch
+from gpu_against_torch import check_every_instance, cuda_target, heuristic_picks, run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -99,11 +98,7 @@ def random_problems() -> list:
 
 @pytest.mark.parametrize("family", sorted(SOLVER.families))
 def test_families_match_pytorch_on_random_problems(family, gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     drawn = random_problems()
     if family in PARTIAL:
         drawn = [p for p in drawn if any(c.family == family for c in lookup(p, target=target))]

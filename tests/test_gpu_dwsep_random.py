@@ -11,10 +11,9 @@ must agree with PyTorch as `kfactory bench` requires."""
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.ops.dwsep_conv_fwd import SOLVER
 from factory.problem import DType, InvalidProblem, Layout
-from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+from gpu_against_torch import assert_agree_with_pytorch, cuda_target, stage_picks_on_random_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -57,17 +56,10 @@ def problem_drawer(channels_last_rows: bool):
 
 def run_family(family: str, draw_problem, gpu_backend, kind=lambda p: p.strip, smallest=lambda p: p.block_m,
                only=lambda p: True) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     runs, shapes = stage_picks_on_random_shapes(family, draw_problem, COUNT, SEED, target, fewest=smallest, kind=kind,
                                                 only=only)
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
-    print(f"{ran} runs of {family} points on {shapes} random shapes against PyTorch, {len(failures)} failed")
-    assert not failures, "\n".join(failures)
-    assert ran >= COUNT
+    assert assert_agree_with_pytorch(runs, gpu_backend, SEED, f"{family} points on {shapes} random shapes") >= COUNT
 
 
 def test_rowtile_matches_pytorch_on_random_shapes(gpu_backend):

@@ -10,9 +10,8 @@ must agree with aten.convolution_backward as `kfactory bench` requires."""
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.problem import DType, Layout, parse_conv_problem
-from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+from gpu_against_torch import assert_agree_with_pytorch, cuda_target, stage_picks_on_random_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -34,10 +33,7 @@ def draw(rng: np.random.Generator) -> str:
 
 
 def test_dwv_matches_pytorch_on_random_shapes(gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend)
 
     def draw_problem(rng: np.random.Generator):
         dtype = DTYPES[int(rng.integers(len(DTYPES)))]
@@ -45,7 +41,4 @@ def test_dwv_matches_pytorch_on_random_shapes(gpu_backend):
 
     runs, shapes = stage_picks_on_random_shapes("dwv", draw_problem, COUNT, SEED, target,
                                                 kind=lambda p: p.vector)
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
-    print(f"{ran} runs of dwv instances on {shapes} random channels-last 1-D shapes against PyTorch, {len(failures)} failed")
-    assert not failures, "\n".join(failures)
-    assert ran >= COUNT
+    assert assert_agree_with_pytorch(runs, gpu_backend, SEED, f"dwv instances on {shapes} random channels-last 1-D shapes") >= COUNT

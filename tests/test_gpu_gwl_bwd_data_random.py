@@ -12,9 +12,8 @@ poisoned first) and must agree with aten.convolution_backward as `kfactory bench
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.problem import DType, InvalidProblem, Layout, Op, parse_conv_problem
-from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+from gpu_against_torch import assert_agree_with_pytorch, cuda_target, stage_picks_on_random_shapes
 from test_gpu_gwl_random import draw_filter_and_sizes
 
 pytestmark = pytest.mark.gpu
@@ -55,15 +54,8 @@ def draw_problem(rng: np.random.Generator):
 
 
 def test_gwl_bwd_data_matches_pytorch_on_random_shapes(gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     runs, shapes = stage_picks_on_random_shapes("gwl", draw_problem, COUNT, SEED, target,
                                                 fewest=lambda params: params.walkers)
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
-    print(f"{ran} runs of backward-data gwl instances on {shapes} random grouped shapes against PyTorch, "
-          f"{len(failures)} failed")
-    assert not failures, "\n".join(failures)
-    assert ran >= COUNT
+    what = f"backward-data gwl instances on {shapes} random grouped shapes"
+    assert assert_agree_with_pytorch(runs, gpu_backend, SEED, what) >= COUNT

@@ -11,9 +11,8 @@ poisoned first) and must agree with aten.convolution_backward as `kfactory bench
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.problem import DType, Layout, parse_conv_problem
-from gpu_against_torch import run_against_pytorch, stage_picks_on_random_shapes
+from gpu_against_torch import assert_agree_with_pytorch, cuda_target, stage_picks_on_random_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -55,13 +54,6 @@ def draw_problem(rng: np.random.Generator):
 
 
 def test_gwl_matches_pytorch_on_random_shapes(gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend)
     runs, shapes = stage_picks_on_random_shapes("gwl", draw_problem, COUNT, SEED, target)
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
-    print(f"{ran} runs of gwl instances on {shapes} random grouped shapes against PyTorch, "
-          f"{len(failures)} failed")
-    assert not failures, "\n".join(failures)
-    assert ran >= COUNT
+    assert assert_agree_with_pytorch(runs, gpu_backend, SEED, f"gwl instances on {shapes} random grouped shapes") >= COUNT

@@ -8,9 +8,8 @@ agree with aten.convolution_backward as `kfactory bench` requires."""
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.problem import DType, Layout, parse_conv_problem
-from gpu_against_torch import heuristic_picks, run_against_pytorch
+from gpu_against_torch import cuda_target, heuristic_picks, run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -57,11 +56,7 @@ def problems(family: str = "mma") -> list:
 
 @pytest.mark.parametrize("family", sorted(DRAWS))
 def test_matrix_families_match_pytorch_on_random_problems(family, gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     picks, failures = heuristic_picks(family, problems(family), target)
     ran, disagreements = run_against_pytorch(picks, gpu_backend, SEED)
     failures += disagreements

@@ -14,14 +14,13 @@ copies): 7x7 planes, which the pass reads as whole runs of planes, and strided l
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.ops.conv_bwd_data import SOLVER as BWD_DATA
 from factory.ops.conv_bwd_data.wgmma import MIN_PRODUCTS
 from factory.ops.conv_bwd_weight import SOLVER
 from factory.ops.conv_bwd_weight.common import Reduction
 from factory.problem import DType, Layout
 from factory.selector import lookup
-from gpu_against_torch import check_every_instance, run_against_pytorch
+from gpu_against_torch import check_every_instance, cuda_target, run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -102,10 +101,7 @@ def test_pw_matches_pytorch_on_random_pointwise_problems(gpu_backend):
 
 def check_random_against_pytorch(op_solver, seed: int, gpu_backend, dtypes: tuple = (D.FP16, D.BF16, D.BF16_FP32W),
                                  keep=lambda problem: True, strided: bool = False) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend)
     runs, missing = [], []
     for problem in random_problems(seed, op_solver, dtypes, keep, strided):
         mine = [c for c in lookup(problem, target=target) if c.family == "pw"]

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 from factory.catalog import specialized_instances
-from factory.device import target_for
 from factory.ops.conv_bwd_weight import SOLVER
 from factory.problem import DType, Layout, parse_conv_problem
-from gpu_against_torch import run_against_pytorch
+from gpu_against_torch import assert_agree_with_pytorch, cuda_target
 
 pytestmark = pytest.mark.gpu
 
@@ -53,11 +52,7 @@ def problems() -> list:
 
 
 def test_specialized_instances_match_pytorch_on_random_shapes(gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     runs, missing = [], []
     for problem in problems():
         mine = [c for c in specialized_instances(problem) if c.why_not(problem, target) is None]
@@ -74,10 +69,8 @@ def test_specialized_instances_match_pytorch_on_random_shapes(gpu_backend):
             per_ahead = [max((c for c in own if c.params.ahead == n), key=score) for n in sorted(aheads)]
             runs += [(problem, c) for c in dict.fromkeys((best, fewest, *per_ahead))]
     assert not missing, f"no specialized instance applies to: {missing}"
-    ran, failures = run_against_pytorch(runs, gpu_backend, SEED)
     shapes = len({p.key for p, _ in runs})
     per_family = {f: len({p.key for p, c in runs if c.family == f}) for f in sorted({c.family for _, c in runs})}
-    print(f"{ran} runs of specialized instances on {shapes} random shapes against PyTorch ({per_family} shapes "
-          f"per family), {len(failures)} failed")
-    assert not failures, "\n".join(failures)
+    assert_agree_with_pytorch(runs, gpu_backend, SEED, f"specialized instances on {shapes} random shapes "
+                                                       f"({per_family} shapes per family)")
     assert shapes >= 50 and per_family.get("dwh", 0) >= 25

@@ -7,12 +7,11 @@ import collections
 import numpy as np
 import pytest
 
-from factory.device import target_for
 from factory.ops import solver_for
 from factory.ops.base import Launch
 from factory.problem import DType, Layout, Op, parse_conv_problem
 from factory.selector import lookup
-from gpu_against_torch import run_against_pytorch
+from gpu_against_torch import cuda_target, run_against_pytorch
 
 pytestmark = pytest.mark.gpu
 
@@ -49,11 +48,7 @@ def pass_entries(problem, candidate, target) -> list[str]:
 
 
 def test_transposing_points_match_pytorch_on_random_ngchw_problems(gpu_backend):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch without CUDA")
-    torch.backends.cudnn.allow_tf32 = False
-    target = target_for(gpu_backend.device_info())
+    target = cuda_target(gpu_backend, cudnn_tf32=False)
     rng = np.random.default_rng(SEED)
     runs, entries = [], collections.Counter()
     while len({p for p, _ in runs}) < COUNT:

@@ -279,6 +279,25 @@ def pick_for_case(case_id: str, candidates: Iterable[Instance], what: str) -> In
     return ordered[zlib.crc32(case_id.encode()) % len(ordered)]
 
 
+def pick_in_family(case: Any, amd_family: str, accept: Any = lambda params: True) -> Instance:
+    """pick_for_case among the case's family's candidates that `accept` and the case's own `pick` (if any)
+    take: the family `amd_family` (matrix cores) as compiled for gfx90a, every other for sm_90a."""
+    from factory.device import TARGETS
+    from factory.selector import lookup
+
+    target = TARGETS["gfx90a"] if case.family == amd_family else TARGETS["sm_90a"]
+    return pick_for_case(
+        case.id, (i for i in lookup(case.problem, target=target)
+                  if i.family == case.family and accept(i.params) and (case.pick is None or case.pick(i.params))),
+        f"{case.family} instance computes {case.spec}")
+
+
+def assert_case_matches_reference(case: Any, instance: Instance) -> None:
+    """check_instance on the case's problem, seeded by its id."""
+    verdict = check_instance(instance, case.problem, seed=zlib.crc32(case.id.encode()))
+    assert verdict.ok, f"{instance.name} on {case.spec}: {verdict.message}"
+
+
 def pick_and_prebuild(cases: Sequence[Any], pick: Any) -> dict[str, Instance]:
     """Every case's instance (`pick(case)`), their libraries compiled in parallel up front."""
     chosen = {case.id: pick(case) for case in cases}

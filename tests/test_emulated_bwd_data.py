@@ -9,7 +9,6 @@ and depthwise vectors along groups. The instance of a case is picked by a hash o
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -17,11 +16,9 @@ import pytest
 
 import kernel_emulator
 from factory.catalog import Instance
-from factory.device import TARGETS
 from factory.ops.base import Launch
 from factory.ops.conv_bwd_data import SOLVER
 from factory.problem import ConvProblem, DType, Layout
-from factory.selector import lookup
 
 pytestmark = pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
 
@@ -296,11 +293,7 @@ CASES = [
 
 
 def pick_instance(case: Case) -> Instance:
-    target = TARGETS["gfx90a"] if case.family == "mfma" else TARGETS["sm_90a"]
-    return kernel_emulator.pick_for_case(
-        case.id, (i for i in lookup(case.problem, target=target)
-                  if i.family == case.family and (case.pick is None or case.pick(i.params))),
-        f"{case.family} instance computes {case.spec}")
+    return kernel_emulator.pick_in_family(case, "mfma")
 
 
 @pytest.fixture(scope="module")
@@ -314,9 +307,7 @@ def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instan
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_emulated_bwd_data_matches_reference(case: Case, picked: dict[str, Instance]) -> None:
-    inst = picked[case.id]
-    verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
-    assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+    kernel_emulator.assert_case_matches_reference(case, picked[case.id])
 
 
 def _fewer_phases(plan: Any) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,11 +22,9 @@ import pytest
 
 import kernel_emulator
 from factory.catalog import Instance
-from factory.device import TARGETS
 from factory.ops.base import I32, Launch, Memset
 from factory.ops.conv_bwd_weight import SOLVER, Reduction
 from factory.problem import ConvProblem, DType, Layout
-from factory.selector import lookup
 
 pytestmark = pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
 
@@ -287,18 +284,10 @@ CASES = [
          lambda p: p.block_m == 128 and p.vector_b == 8),
 ]
 
-# The target each family's instances are picked for: AMD's matrix cores for mfma, the H100 otherwise.
-FAMILY_TARGET = {"mfma": TARGETS["gfx90a"]}
-
-
 def pick_instance(case: Case) -> Instance:
     """The case's instance: among lookup's candidates of its family, reduction and property, the one a
     hash of the case name indexes (stable across runs and machines)."""
-    return kernel_emulator.pick_for_case(
-        case.id, (i for i in lookup(case.problem, target=FAMILY_TARGET.get(case.family, TARGETS["sm_90a"]))
-                  if i.family == case.family and i.params.reduction is case.reduction
-                  and (case.pick is None or case.pick(i.params))),
-        f"{case.family}/{case.reduction.value} instance computes {case.spec}")
+    return kernel_emulator.pick_in_family(case, "mfma", accept=lambda params: params.reduction is case.reduction)
 
 
 @pytest.fixture(scope="module")
@@ -340,9 +329,7 @@ def _has_dynamic_shared(inst: Instance, problem: ConvProblem) -> bool:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_emulated_conv_matches_reference(case: Case, picked: dict[str, Instance]) -> None:
-    inst = picked[case.id]
-    verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
-    assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+    kernel_emulator.assert_case_matches_reference(case, picked[case.id])
 
 
 # --- the checks can fail: broken launch plans --------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -145,11 +144,7 @@ CASES = [
 
 
 def pick_instance(case: Case) -> Instance:
-    target = TARGETS["gfx90a"] if case.family == "fused_mfma" else TARGETS["sm_90a"]
-    return kernel_emulator.pick_for_case(
-        case.id, (i for i in lookup(case.problem, target=target)
-                  if i.family == case.family and (case.pick is None or case.pick(i.params))),
-        f"{case.family} instance computes {case.spec}")
+    return kernel_emulator.pick_in_family(case, "fused_mfma")
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +158,7 @@ def test_cases_reach_every_family_layout_dtype_and_rank(picked: dict[str, Instan
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_emulated_dwsep_matches_reference(case: Case, picked: dict[str, Instance]) -> None:
-    inst = picked[case.id]
-    verdict = kernel_emulator.check_instance(inst, case.problem, seed=zlib.crc32(case.id.encode()))
-    assert verdict.ok, f"{inst.name} on {case.spec}: {verdict.message}"
+    kernel_emulator.assert_case_matches_reference(case, picked[case.id])
 
 
 def _grid(plan: Any, x: Callable[[int], int] = lambda v: v, y: Callable[[int], int] = lambda v: v) -> Any:

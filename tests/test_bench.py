@@ -60,6 +60,13 @@ def test_public_suite_cases_are_valid_problems_or_not_implemented_rows():
     assert all(i.layout is Layout.NGCHW for i in by_op[Op.GROUPNORM_BWD])
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "bench" / "suites").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_every_committed_suite_reads_and_its_cases_are_problems(path):
+    items = expand(load_suite(path))
+    assert items and all(item.problem is not None and item.problem.op is item.case.op for item in items)
+
+
 def test_conv_case_becomes_the_problem_the_suite_describes():
     suite = load_suite()
     item = next(i for i in expand(suite, cases=["mnv3_dw5_s2"], dtypes=[DType.FP32]) if i.layout is Layout.NGCHW)

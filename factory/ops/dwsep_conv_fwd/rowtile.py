@@ -31,6 +31,7 @@ from ..conv.shape import CompiledShape, Shape
 from ..conv.warpgroups import OPERAND_BYTES
 from .fused import GRID_Y_LIMIT, INT32_LIMIT, dwsep_args
 from .problem import DwsepProblem
+from .twopass import redundant_strip_reason
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16) for ndim in (1, 2, 3))
 CHUNK = 8  # channels of a depthwise thread: 16 bytes
@@ -156,9 +157,9 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
             return f"C={problem.C} is not a multiple of {CHUNK} (a depthwise thread's 16-byte chunk)"
         if p.channels != problem.C:
             return f"compiled for C={p.channels}, problem has C={problem.C}"
-        if p.strip > 1 and p.strip // 2 >= problem.output[-1]:
-            return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
-                    f"{p.strip // 2}; a longer one only costs registers")
+        refused = redundant_strip_reason(p.strip, problem)
+        if refused:
+            return refused
         if problem.output[-1] <= p.block_m // 4:
             return (f"the output's rows are {problem.output[-1]} positions long: a tile of {p.block_m} along one "
                     "would leave three quarters of it idle")

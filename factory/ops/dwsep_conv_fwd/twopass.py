@@ -142,9 +142,9 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         if p.channels is not Channels.of(problem.C):
             kind = "not a multiple" if p.channels is Channels.PADDED else "a multiple"
             return f"compiled for C {kind} of {CHUNK}, problem has C={problem.C}"
-        if redundant_strip(p.strip, problem):
-            return (f"strip={p.strip}: the output's {problem.output[-1]} positions along W fit one strip of "
-                    f"{p.strip // 2}; a longer one only costs registers")
+        refused = redundant_strip_reason(p.strip, problem)
+        if refused:
+            return refused
         largest = max(problem.N * problem.C * math.prod(problem.input), problem.positions * problem.K,
                       problem.positions * padded_channels(problem))
         if largest > INT32_LIMIT:
@@ -231,6 +231,14 @@ def preferred_strip(problem: DwsepProblem) -> int:
 def redundant_strip(strip: int, problem: DwsepProblem) -> bool:
     """Whether half the strip already covers the output's width: the same single strip a row, more registers."""
     return strip > 1 and strip // 2 >= problem.output[-1]
+
+
+def redundant_strip_reason(strip: int, problem: DwsepProblem) -> str | None:
+    """why_not's words for a redundant strip (twopass's and rowtile's), or None."""
+    if not redundant_strip(strip, problem):
+        return None
+    return (f"strip={strip}: the output's {problem.output[-1]} positions along W fit one strip of {strip // 2}; "
+            "a longer one only costs registers")
 
 
 def group_chunks(shape: Shape) -> int:

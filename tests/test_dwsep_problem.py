@@ -338,7 +338,7 @@ def test_rowtile_compiles_in_c():
     problem = SOLVER.parse_problem("N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
     family = SOLVER.families["rowtile"]
     points = [i for i in lookup(problem, target=H100) if i.family == "rowtile"]
-    assert len(points) == 6  # block_m 128 refused: Wo = 19 fills under a quarter of its tile (4, 2 `_win`)
+    assert len(points) == 4  # block_m 128 refused: Wo = 19 fills under a quarter of its tile
     assert all(i.name.endswith("_c24_k3x3s2x2d1x1") for i in points)
     assert family.parse_suffix(points[0].params.suffix()) == points[0].params
     other = SOLVER.parse_problem("N=2,C=40,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
@@ -374,32 +374,6 @@ def test_the_prior_takes_rowtile_where_it_won_on_the_h200(dtype, spec, family, p
         assert pick.family == family
     if point is not None:
         assert f"_rowtile_{point}_c{problem.C}_" in pick.name
-
-
-def test_rowtile_window_points_parse_back_rank_under_the_family_and_count_their_window():
-    """`_win` points (the tile's input window in shared memory, copied one tile ahead; the staged output tile
-    over A) are not yet timed on a GPU: each ranks under every other rowtile point, so the prior never serves
-    one; their shared memory holds the window instead of a separate output tile."""
-    from factory.ops.dwsep_conv_fwd.rowtile import DepthwiseInput
-    problem = SOLVER.parse_problem("N=64,C=64,K=128,input=112x112,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
-    family = SOLVER.families["rowtile"]
-    points = [i for i in lookup(problem, target=H100) if i.family == "rowtile"]
-    window = [i for i in points if i.params.source is DepthwiseInput.WINDOW]
-    assert len(points) == 16 and len(window) == 4
-    assert all("_r4_win_c64_" in i.name and family.parse_suffix(i.params.suffix()) == i.params for i in window)
-    score = lambda i: family.heuristic_score(i.params, problem, H100)  # noqa: E731
-    assert max(map(score, window)) < min(score(i) for i in points if i not in window)
-    assert "_win_" not in heuristic_pick(problem, target=H100).name
-    wide = next(i.params for i in window if i.params.block_m == 128 and i.params.block_n == 128)
-    twin = dataclasses.replace(wide, source=DepthwiseInput.GLOBAL)
-    # 3 filter rows x 130 columns x 64 channels in, the 128 x 64 A tile (rows of 72) out: the output tile
-    # (128 x 136) lies over it.
-    assert wide.window_columns() == 130
-    assert wide.shared_bytes() - twin.shared_bytes() == (3 * 130 * 64 - 128 * 72) * 2
-    five = SOLVER.parse_problem("N=8,C=120,K=40,input=56x56,filter=5x5,pad=2", Layout.NHWGC, DType.BF16)
-    big = next(i for i in cell_instances(five) if i.family == "rowtile" and i.params.source is DepthwiseInput.WINDOW
-               and i.params.block_m == 128 and i.params.block_n == 128)
-    assert "bytes of shared memory, over the" in big.why_not(five, H100)
 
 
 def test_twopass_staged_points_parse_back_and_rank_over_their_element_twins():

@@ -22,14 +22,12 @@ from factory.catalog import Instance
 from factory.device import TARGETS
 from factory.ops.base import Launch
 from factory.ops.dwsep_conv_fwd import SOLVER, DwsepProblem
-from factory.ops.dwsep_conv_fwd.rowtile import DepthwiseInput
 from factory.problem import DType, Layout
 from factory.selector import lookup
 
 pytestmark = pytest.mark.skipif(not kernel_emulator.available(), reason="g++ is not on PATH")
 
 L, D = Layout, DType
-GLOBAL, WINDOW = DepthwiseInput.GLOBAL, DepthwiseInput.WINDOW
 
 
 @dataclass(frozen=True)
@@ -117,29 +115,14 @@ CASES = [
     # K past a channel tile (72 under 64) and odd K (elements stored one by one), stride 2, dilation 2, 1-3 D.
     Case("rowtile-nhwgc-fp16-2d-s2", "rowtile", L.NHWGC, D.FP16,
          "N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu",
-         lambda p: p.block_m == 64 and p.block_n == 64 and p.strip == 4 and p.source is GLOBAL),
+         lambda p: p.block_m == 64 and p.block_n == 64 and p.strip == 4),
     Case("rowtile-nhwgc-bf16-2d-odd-k", "rowtile", L.NHWGC, D.BF16,
          "N=1,C=16,K=13,input=4x70,filter=3x3,pad=2,dilation=2,bias_pw=1", lambda p: p.block_m == 64 and p.strip == 2),
     Case("rowtile-nhwgc-bf16-1d", "rowtile", L.NHWGC, D.BF16, "N=3,C=8,K=72,input=41,filter=5,stride=2,pad=2,bias_pw=1,act_pw=relu6",
-         lambda p: p.block_m == 64 and p.block_n == 64 and p.strip == 4 and p.source is GLOBAL),
+         lambda p: p.block_m == 64 and p.block_n == 64 and p.strip == 4),
     Case("rowtile-nhwgc-fp16-3d", "rowtile", L.NHWGC, D.FP16,
          "N=1,C=32,K=24,input=3x4x40,filter=3x1x3,pad=1x0x1,bias_dw=1,act_dw=relu",
          lambda p: p.block_m == 128 and p.warps_m == 4 and p.strip == 2),
-    # rowtile's window points (`_win`, the input window in shared memory, the staged output tile over A): the
-    # same edges, A's zero channels (C = 24 and 8) written again each tile, the window's rows and columns outside
-    # the input, a filter depth of 3, odd K stored one element at a time; the walk test below gives each block
-    # several tiles, whose next window is copied under the current tile's GEMM.
-    Case("rowtile-nhwgc-fp16-2d-s2-window", "rowtile", L.NHWGC, D.FP16,
-         "N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu",
-         lambda p: p.block_m == 64 and p.block_n == 64 and p.source is WINDOW),
-    Case("rowtile-nhwgc-bf16-2d-odd-k-window", "rowtile", L.NHWGC, D.BF16,
-         "N=2,C=16,K=13,input=4x70,filter=3x3,pad=2,dilation=2,bias_pw=1,act_pw=relu6",
-         lambda p: p.block_m == 64 and p.block_n == 64 and p.source is WINDOW),
-    Case("rowtile-nhwgc-bf16-1d-window", "rowtile", L.NHWGC, D.BF16, "N=3,C=8,K=72,input=41,filter=5,stride=2,pad=2",
-         lambda p: p.block_m == 64 and p.block_n == 64 and p.source is WINDOW),
-    Case("rowtile-nhwgc-fp16-3d-window", "rowtile", L.NHWGC, D.FP16,
-         "N=1,C=32,K=24,input=3x4x40,filter=3x1x3,pad=1x0x1,bias_dw=1,act_dw=relu",
-         lambda p: p.block_m == 128 and p.block_n == 64 and p.source is WINDOW),
 ]
 
 
@@ -183,14 +166,11 @@ def test_blocks_that_take_several_tiles_compute_the_same(picked: dict[str, Insta
     assert verdict.ok, verdict.message
 
 
-@pytest.mark.parametrize("case_id", ["rowtile-nhwgc-fp16-3d", "rowtile-nhwgc-fp16-3d-window",
-                                     "rowtile-nhwgc-fp16-2d-s2-window", "rowtile-nhwgc-bf16-2d-odd-k-window"])
-def test_rowtile_blocks_that_walk_several_tiles_compute_the_same(case_id: str, picked: dict[str, Instance],
+def test_rowtile_blocks_that_walk_several_tiles_compute_the_same(picked: dict[str, Instance],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """rowtile on a large layer has a wave of blocks, each walking the tiles gridDim.x apart with its weights
-    loaded once and A, B and the staged output tile reused (window points: the next tile's window copied
-    under the current tile's GEMM): a third of the blocks here (rounded up)."""
-    case = next(c for c in CASES if c.id == case_id)
+    loaded once and A, B and the staged output tile reused: a third of the blocks here (rounded up)."""
+    case = next(c for c in CASES if c.id == "rowtile-nhwgc-fp16-3d")
     right = kernel_emulator._plan
     assert right(picked[case.id], case.problem).steps[0].grid[0] >= 6
     monkeypatch.setattr(kernel_emulator, "_plan", lambda i, p: _grid(right(i, p), x=lambda gx: math.ceil(gx / 3)))

@@ -1,5 +1,5 @@
-"""On a GPU: dwsep_conv_fwd's `rowtile` points (its window points on their own) and twopass's staged-store points
-against PyTorch's two convolutions on 50 seeded random shapes each that they serve.
+"""On a GPU: dwsep_conv_fwd's `rowtile` points and twopass's staged-store points against PyTorch's two
+convolutions on 50 seeded random shapes each that they serve.
 
 Shapes: 1-3 D, filters of 1-9 taps a side, stride 1-2, dilation 1-2, N 1-8, sizes that are multiples of
 nothing, fp16 and bf16, biases and activations mixed; C a multiple of 8 up to 256 (rowtile's channels in one
@@ -54,11 +54,10 @@ def problem_drawer(channels_last_rows: bool):
     return draw_problem
 
 
-def run_family(family: str, draw_problem, gpu_backend, kind=lambda p: p.strip, smallest=lambda p: p.block_m,
-               only=lambda p: True) -> None:
+def run_family(family: str, draw_problem, gpu_backend, only=lambda p: True) -> None:
     target = cuda_target(gpu_backend, cudnn_tf32=False)
-    runs, shapes = stage_picks_on_random_shapes(family, draw_problem, COUNT, SEED, target, fewest=smallest, kind=kind,
-                                                only=only)
+    runs, shapes = stage_picks_on_random_shapes(family, draw_problem, COUNT, SEED, target, fewest=lambda p: p.block_m,
+                                                kind=lambda p: p.strip, only=only)
     assert assert_agree_with_pytorch(runs, gpu_backend, SEED, f"{family} points on {shapes} random shapes") >= COUNT
 
 
@@ -68,9 +67,3 @@ def test_rowtile_matches_pytorch_on_random_shapes(gpu_backend):
 
 def test_twopass_staged_stores_match_pytorch_on_random_shapes(gpu_backend):
     run_family("twopass", problem_drawer(False), gpu_backend, only=lambda p: p.store.value == "staged")
-
-
-def test_rowtile_window_points_match_pytorch_on_random_shapes(gpu_backend):
-    """The window points (`_win`): the input window copied one tile ahead, the staged tile over A."""
-    run_family("rowtile", problem_drawer(True), gpu_backend, kind=lambda p: (p.block_m, p.block_n),
-               only=lambda p: p.source.value == "window")

@@ -1,4 +1,4 @@
-# The first measurement of rowtile's window points (`_win`; H200; not yet run): verify, then time every rowtile
+# The first measurement of rowtile's window points (`_win`; H200): verify, then time every rowtile
 # point (window and not) beside PyTorch on the layers where rowtile was latency-bound, with an ncu look.
 set -u
 # Run from the repository root with the SQLAlchemy and platformdirs wheels in .whl/ (carried).

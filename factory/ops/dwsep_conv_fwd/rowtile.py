@@ -9,13 +9,11 @@ along W, each input column of a filter row loaded and widened once for the strip
 outputs become the GEMM's A in shared memory, the block's pointwise weights (loaded once, the whole
 reduction) its B, one pass of mma.sync, and the output tile leaves 16 bytes a thread. Filter, stride,
 dilation and C are compiled in (C rounded up to the instruction's depth is the reduction). fp16 / bf16; C a
-multiple of 8. Window points (`_win`, DepthwiseInput.WINDOW) read the strips' inputs from the tile's input
-window in shared memory, copied with cp.async while the previous tile's GEMM and store run.
+multiple of 8.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 from dataclasses import dataclass
@@ -40,16 +38,6 @@ FP32_BYTES = 4
 RESIDENT_BLOCKS = 2  # blocks an SM the launch bounds ask for (a register cap of 128 a thread at 256 threads)
 
 
-class DepthwiseInput(enum.Enum):
-    """Where a depthwise thread reads its input columns. GLOBAL: straight from the input tensor, predicated at the
-    edges, when its tile begins. WINDOW (`_win` in names): from the tile's input window in shared memory, copied
-    with cp.async while the previous tile's GEMM and store run (its loads' latency off the tile's path); the
-    staged output tile then lies over A to leave room for it."""
-
-    GLOBAL = "global"
-    WINDOW = "window"
-
-
 @dataclass(frozen=True)
 class RowtileParams:
     block_m: int  # output positions along one row a tile takes
@@ -59,7 +47,6 @@ class RowtileParams:
     strip: int  # positions along W a depthwise thread computes (a filter row's inputs loaded once for them)
     channels: int  # the problem's C, compiled in (a multiple of CHUNK); rounded up to DEPTH, the GEMM's whole reduction
     shape: str  # the depthwise filter, stride and dilation, compiled in (conv.shape.spell_shape)
-    source: DepthwiseInput = DepthwiseInput.GLOBAL
 
     def __post_init__(self) -> None:
         if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
@@ -83,43 +70,29 @@ class RowtileParams:
 
     def shared_bytes(self) -> int:
         """A [block_m][channels] and B [block_n][channels] (rows padded by 16 bytes, igemm.h Config), the
-        staged output tile [block_m][block_n + 8] (with a window: over A, the larger of the two), the window
-        [filter rows][window_columns][channels], then fp32: the depthwise weights [taps][channels], their
+        staged output tile [block_m][block_n + 8], then fp32: the depthwise weights [taps][channels], their
         biases [channels] and the block's pointwise biases [block_n]."""
         pad = 16 // OPERAND_BYTES
         width = reduction_width(self.channels)
-        a, b, out = self.block_m * (width + pad), self.block_n * (width + pad), self.block_m * (self.block_n + pad)
-        if self.source is DepthwiseInput.WINDOW:
-            filt = self.compiled.filter
-            operands = max(a, out) + b + math.prod(filt[:-1]) * self.window_columns() * self.channels
-        else:
-            operands = a + b + out
+        operands = (self.block_m + self.block_n) * (width + pad) + self.block_m * (self.block_n + pad)
         floats = (math.prod(self.compiled.filter) + 1) * width + self.block_n
         return operands * OPERAND_BYTES + floats * FP32_BYTES
 
-    def window_columns(self) -> int:
-        """The input columns a tile's strips read along one filter row: block_m outputs' span."""
-        shape = self.compiled
-        return (self.block_m - 1) * shape.stride[-1] + (shape.filter[-1] - 1) * shape.dilation[-1] + 1
-
     def suffix(self) -> str:
-        window = "_win" if self.source is DepthwiseInput.WINDOW else ""
-        return (f"b{self.block_m}x{self.block_n}_w{self.warps_m}x{self.warps_n}_r{self.strip}{window}_c{self.channels}"
-                f"_{self.shape}")
+        return f"b{self.block_m}x{self.block_n}_w{self.warps_m}x{self.warps_n}_r{self.strip}_c{self.channels}_{self.shape}"
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {
             "block_m": self.block_m, "block_n": self.block_n, "warps_m": self.warps_m, "warps_n": self.warps_n,
             "threads": self.threads, "strip": self.strip, "channels": self.channels,
-            "min_blocks": max(1, RESIDENT_BLOCKS * 256 // self.threads),
-            "window": self.source is DepthwiseInput.WINDOW}
+            "min_blocks": max(1, RESIDENT_BLOCKS * 256 // self.threads)}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
         return values
 
 
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)_w(?P<warps_m>\d+)x(?P<warps_n>\d+)_r(?P<strip>\d+)"
-                        r"(?P<source>_win)?_c(?P<channels>\d+)_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)")
+                        r"_c(?P<channels>\d+)_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)")
 
 
 def reduction_width(C: int) -> int:
@@ -134,7 +107,7 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
     suffix_re = _SUFFIX_RE
     description = ("channels-last, every input channel in one block: a tile of positions along one row, depthwise "
                    "strips along W into shared memory, one mma.sync pass over all of C; filter and C compiled in; "
-                   "`_win`: the tile's input window copied one tile ahead; fp16, bf16, C a multiple of 8")
+                   "fp16, bf16, C a multiple of 8")
 
     def supported_cells(self) -> frozenset[tuple[Layout, DType, int]]:
         return CELLS
@@ -143,8 +116,7 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         return {**super().problem_values(problem), "channels": problem.C}
 
     def parse_suffix(self, suffix: str) -> RowtileParams | None:
-        return params_from_suffix(self.suffix_re, RowtileParams, suffix,
-                                  {"shape": str, "source": lambda _: DepthwiseInput.WINDOW})
+        return params_from_suffix(self.suffix_re, RowtileParams, suffix, {"shape": str})
 
     def cell_allows(self, params: RowtileParams, layout: Layout, dtype: DType, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim
@@ -194,16 +166,11 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         positions = problem.output[-1]
         used_m = positions / (math.ceil(positions / p.block_m) * p.block_m)
         level = ROWTILE_LEVEL if preferred(problem) else -ROWTILE_LEVEL
-        unmeasured = WINDOW_UNMEASURED if p.source is DepthwiseInput.WINDOW else 0.0
         return (level - 0.5 * math.log2(tiles_n) + 0.3 * used_n + 0.5 * used_m + 0.1 * (p.block_m == 128)
-                + 0.2 * (p.strip == preferred_strip(p, problem)) + 0.01 * (p.warps_m == 2) - unmeasured)
+                + 0.2 * (p.strip == preferred_strip(p, problem)) + 0.01 * (p.warps_m == 2))
 
 
 ROWTILE_LEVEL = 10.0
-# The window points (`_win`) are not yet timed on a GPU: each ranks under every point of the family (whose
-# within-family terms stay under 2) and over the other families' only where rowtile is preferred; the prior never
-# serves one, full tunes measure them.
-WINDOW_UNMEASURED = 3.0
 # Where rowtile loses (H200, NOTES 94): every channel tile recomputes the depthwise stage over all of C, so a
 # layer whose C x channel tiles reaches RECOMPUTE_LIMIT goes to twopass (C = 352-592 at K = 200-552 lost
 # 1.1-4.8x); rows much shorter than a tile waste the GEMM's positions, which costs where the pointwise stage

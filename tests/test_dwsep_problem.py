@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -338,7 +339,9 @@ def test_rowtile_compiles_in_c():
     problem = SOLVER.parse_problem("N=2,C=24,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
     family = SOLVER.families["rowtile"]
     points = [i for i in lookup(problem, target=H100) if i.family == "rowtile"]
-    assert len(points) == 4  # block_m 128 refused: Wo = 19 fills under a quarter of its tile
+    # block_m 128 refused (Wo = 19 fills under a quarter of its tile): 64x64 and 64x128 at strips 2 and 4 asking for
+    # two or three blocks an SM, and at strip 2 four
+    assert len(points) == 10
     assert all(i.name.endswith("_c24_k3x3s2x2d1x1") for i in points)
     assert family.parse_suffix(points[0].params.suffix()) == points[0].params
     other = SOLVER.parse_problem("N=2,C=40,K=40,input=5x37,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
@@ -373,7 +376,40 @@ def test_the_prior_takes_rowtile_where_it_won_on_the_h200(dtype, spec, family, p
     else:
         assert pick.family == family
     if point is not None:
-        assert f"_rowtile_{point}_c{problem.C}_" in pick.name
+        assert re.search(rf"_rowtile_{point}(_o[34])?_c{problem.C}_", pick.name)  # the tile; blocks an SM: NOTES 96
+
+
+def test_rowtile_blocks_per_sm_points_parse_back_fit_shared_memory_and_rank_by_filter_length():
+    """`_o3` / `_o4` points ask their launch bounds for three or four blocks an SM (their wave is that many
+    blocks an SM too); a point whose shared memory cannot host them is refused; three ranks just above its
+    two-block twin on a 3x3 filter, just below on a long one (NOTES 96)."""
+    from factory.sources import source_of
+    family = SOLVER.families["rowtile"]
+    short = SOLVER.parse_problem("N=64,C=32,K=64,input=112x112,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    points = {i.params: i for i in lookup(short, target=H100) if i.family == "rowtile"}
+    three = next(p for p in points if p.blocks_per_sm == 3 and p.block_m == 128 and p.warps_m == 2 and p.strip == 2)
+    twin = dataclasses.replace(three, blocks_per_sm=2)
+    name = points[three].name
+    assert "_r2_o3_c32_" in name and family.parse_suffix(three.suffix()) == three and "_o2" not in points[twin].name
+    assert "__launch_bounds__(256, 3)" in source_of(points[three]).text
+    assert "__launch_bounds__(256, 2)" in source_of(points[twin]).text
+    grid = lambda p, problem: family.launch_plan(p, problem, H100).steps[0].grid[0]  # noqa: E731
+    assert grid(three, short) == 3 * H100.processors and grid(twin, short) == 2 * H100.processors
+    score = lambda p, problem: family.heuristic_score(p, problem, H100)  # noqa: E731
+    assert score(three, short) > score(twin, short)
+    assert "_o3_" in heuristic_pick(short, target=H100).name
+    assert not any(p.blocks_per_sm == 4 and p.strip == 4 for p in points)
+    assert not any(p.blocks_per_sm > 2 and p.block_m == p.block_n == 128 for p in points)
+    long = SOLVER.parse_problem("N=64,C=80,K=96,input=3320,filter=21,pad=10", Layout.NHWGC, DType.FP16)
+    three_long = dataclasses.replace(three, channels=80, shape="k21s1d1")
+    assert score(three_long, long) < score(dataclasses.replace(three_long, blocks_per_sm=2), long)
+    wide = SOLVER.parse_problem("N=4,C=216,K=152,input=3853,filter=25,pad=12", Layout.NHWGC, DType.FP16)
+    refused = [i for i in cell_instances(wide) if i.family == "rowtile" and i.params.blocks_per_sm == 3
+               and i.params.block_m == 64 and i.params.block_n == 64]
+    assert refused and all("blocks of" in i.why_not(wide, H100) and "do not fit an SM" in i.why_not(wide, H100)
+                           for i in refused)
+    with pytest.raises(ValueError, match="blocks_per_sm=5"):
+        dataclasses.replace(three, blocks_per_sm=5)
 
 
 def test_twopass_staged_points_parse_back_and_rank_over_their_element_twins():

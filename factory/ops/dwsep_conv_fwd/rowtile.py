@@ -9,7 +9,8 @@ along W, each input column of a filter row loaded and widened once for the strip
 outputs become the GEMM's A in shared memory, the block's pointwise weights (loaded once, the whole
 reduction) its B, one pass of mma.sync, and the output tile leaves 16 bytes a thread. Filter, stride,
 dilation and C are compiled in (C rounded up to the instruction's depth is the reduction). fp16 / bf16; C a
-multiple of 8.
+multiple of 8. Points differ also in how many blocks an SM their launch bounds ask for (`blocks_per_sm`,
+`_o3` / `_o4` in names): more resident warps to hide the tile's latencies, fewer registers a thread.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF
 CHUNK = 8  # channels of a depthwise thread: 16 bytes
 DEPTH = MMA_K  # the instruction's reduction depth (mma.sync m16n8k16): C is rounded up to it
 FP32_BYTES = 4
-RESIDENT_BLOCKS = 2  # blocks an SM the launch bounds ask for (a register cap of 128 a thread at 256 threads)
+BLOCKS_PER_SM = (2, 3, 4)  # what launch bounds may ask: a 256-thread block's registers capped at 128, 80, 64 a thread
+DEFAULT_BLOCKS_PER_SM = 2  # unnamed in suffixes
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class RowtileParams:
     strip: int  # positions along W a depthwise thread computes (a filter row's inputs loaded once for them)
     channels: int  # the problem's C, compiled in (a multiple of CHUNK); rounded up to DEPTH, the GEMM's whole reduction
     shape: str  # the depthwise filter, stride and dilation, compiled in (conv.shape.spell_shape)
+    blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM  # resident blocks an SM the launch bounds ask for, and the wave's size
 
     def __post_init__(self) -> None:
         if self.block_m % (self.warps_m * MMA_M) or self.block_n % (self.warps_n * MMA_N):
@@ -59,6 +62,8 @@ class RowtileParams:
                              f"16 bytes at a time (twopass and fused serve any C)")
         if Shape.parse(self.shape) is None:
             raise ValueError(f"shape {self.shape!r} is not k<filter>s<stride>d<dilation>")
+        if self.blocks_per_sm not in BLOCKS_PER_SM:
+            raise ValueError(f"blocks_per_sm={self.blocks_per_sm} must be one of {BLOCKS_PER_SM}")
 
     @property
     def threads(self) -> int:
@@ -79,20 +84,22 @@ class RowtileParams:
         return operands * OPERAND_BYTES + floats * FP32_BYTES
 
     def suffix(self) -> str:
-        return f"b{self.block_m}x{self.block_n}_w{self.warps_m}x{self.warps_n}_r{self.strip}_c{self.channels}_{self.shape}"
+        blocks = f"_o{self.blocks_per_sm}" if self.blocks_per_sm != DEFAULT_BLOCKS_PER_SM else ""
+        return (f"b{self.block_m}x{self.block_n}_w{self.warps_m}x{self.warps_n}_r{self.strip}{blocks}_c{self.channels}"
+                f"_{self.shape}")
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {
             "block_m": self.block_m, "block_n": self.block_n, "warps_m": self.warps_m, "warps_n": self.warps_n,
             "threads": self.threads, "strip": self.strip, "channels": self.channels,
-            "min_blocks": max(1, RESIDENT_BLOCKS * 256 // self.threads)}
+            "min_blocks": max(1, self.blocks_per_sm * 256 // self.threads)}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
         return values
 
 
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)_w(?P<warps_m>\d+)x(?P<warps_n>\d+)_r(?P<strip>\d+)"
-                        r"_c(?P<channels>\d+)_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)")
+                        r"(?:_o(?P<blocks_per_sm>\d+))?_c(?P<channels>\d+)_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)")
 
 
 def reduction_width(C: int) -> int:
@@ -143,6 +150,10 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         shared = p.shared_bytes()
         if shared > target.shared_optin:
             return f"needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
+        if p.blocks_per_sm > DEFAULT_BLOCKS_PER_SM and target.shared_per_processor \
+                and p.blocks_per_sm * (shared + target.shared_reserved) > target.shared_per_processor:
+            return (f"{p.blocks_per_sm} blocks of {shared} bytes of shared memory do not fit an SM of {target.arch}: "
+                    "asking for them would only cap the registers")
         return None
 
     def template_values(self, params: RowtileParams, layout: Layout, dtype: DType, ndim: int) -> dict[str, Any]:
@@ -167,7 +178,8 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         used_m = positions / (math.ceil(positions / p.block_m) * p.block_m)
         level = ROWTILE_LEVEL if preferred(problem) else -ROWTILE_LEVEL
         return (level - 0.5 * math.log2(tiles_n) + 0.3 * used_n + 0.5 * used_m + 0.1 * (p.block_m == 128)
-                + 0.2 * (p.strip == preferred_strip(p, problem)) + 0.01 * (p.warps_m == 2))
+                + 0.2 * (p.strip == preferred_strip(p, problem)) + 0.01 * (p.warps_m == 2)
+                + blocks_preference(p.blocks_per_sm, problem))
 
 
 ROWTILE_LEVEL = 10.0
@@ -181,6 +193,21 @@ SHORT_ROW_USE = 0.5
 SHORT_ROW_TAPS_PER_K = 0.1
 NARROW_C = 32
 PREFERRED_STRIP_UNITS = 128  # depthwise work items (strips x chunks) of a tile under which a strip of 2 beats 4
+
+
+# Blocks an SM (H200, NOTES 96): three beside two ran 3x3 layers' points 1.05-1.25x faster (C = 16-80, every
+# tile but 128x128, whose 64 accumulators a thread spill under 80 registers: the catalog leaves it at two);
+# on 21-25 taps two stayed 1.1-1.4x ahead (the strip's inputs need the registers). Four, strips of 2 only
+# (strips of 4 spill 0.5 KB under 64 registers), was within 4 % of three either way.
+SHORT_FILTER_TAPS = 9
+BLOCKS_STEP = 0.05  # under every within-family term above: it orders a point and its twins only
+
+
+def blocks_preference(blocks_per_sm: int, problem: DwsepProblem) -> float:
+    """Three blocks an SM just above two on short filters and just below on long ones; four under both."""
+    if blocks_per_sm == 3:
+        return BLOCKS_STEP if math.prod(problem.filter) <= SHORT_FILTER_TAPS else -BLOCKS_STEP
+    return -2 * BLOCKS_STEP if blocks_per_sm == 4 else 0.0
 
 
 def _channel_tiles(problem: DwsepProblem) -> int:
@@ -210,9 +237,9 @@ def _tiles(p: RowtileParams, problem: DwsepProblem) -> int:
 
 
 def _blocks(p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> int:
-    """One wave of resident blocks (at most RESIDENT_BLOCKS an SM, fewer where shared memory allows fewer),
-    each walking the tiles gridDim.x apart with its weights loaded once; never more blocks than tiles."""
-    per_sm = RESIDENT_BLOCKS
+    """One wave of resident blocks (at most the point's blocks_per_sm an SM, fewer where shared memory allows
+    fewer), each walking the tiles gridDim.x apart with its weights loaded once; never more blocks than tiles."""
+    per_sm = p.blocks_per_sm
     if target.shared_per_processor:
         per_sm = max(1, min(per_sm, target.shared_per_processor // (p.shared_bytes() + target.shared_reserved)))
     tiles_n = math.ceil(problem.K / p.block_n)

@@ -400,6 +400,7 @@ def test_rowtile_blocks_per_sm_points_parse_back_fit_shared_memory_and_rank_by_f
     assert "_o3_" in heuristic_pick(short, target=H100).name
     assert not any(p.blocks_per_sm == 4 and p.strip == 4 for p in points)
     assert not any(p.blocks_per_sm > 2 and p.block_m == p.block_n == 128 for p in points)
+    assert {(p.warps_m, p.warps_n) for p in points} == {(2, 4), (4, 2)} and len(points) == 24
     long = SOLVER.parse_problem("N=64,C=80,K=96,input=3320,filter=21,pad=10", Layout.NHWGC, DType.FP16)
     three_long = dataclasses.replace(three, channels=80, shape="k21s1d1")
     assert score(three_long, long) < score(dataclasses.replace(three_long, blocks_per_sm=2), long)

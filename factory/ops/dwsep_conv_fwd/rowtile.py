@@ -168,7 +168,8 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         """Above every other family's point (their scores stay within +-7) where `preferred` holds, below them
         elsewhere; within the family: the fewest channel tiles (each recomputes the depthwise stage), then the
         narrower block_n, the share of the tiles' positions used, block_m 128 where both use a row alike (on
-        the H200 it won 25 of 29 such pairs), the preferred strip (`preferred_strip`), and warps 2x4.
+        the H200 it won 25 of 29 such pairs), the preferred strip (`preferred_strip`), warps 2x4, and then
+        the blocks an SM (`blocks_preference`).
 
         On the H200 (bench/NOTES.md 94; the shipped channels-last layers rowtile serves, halves fit and
         heldout, every candidate timed) rowtile won 37 of 62 layers, up to 2.6x the best other family."""

@@ -55,6 +55,13 @@ class DeviceTarget:
         """The needed matrix units this target does not have."""
         return needed - self.matrix_units
 
+    def blocks_by_shared(self, shared_bytes: int) -> int | None:
+        """How many blocks of `shared_bytes` of shared memory one SM holds at once (each also costs
+        shared_reserved); None where the target does not describe its SMs."""
+        if self.shared_per_processor is None:
+            return None
+        return self.shared_per_processor // (shared_bytes + self.shared_reserved)
+
     @property
     def resident_threads(self) -> int:
         return self.processors * self.threads_per_processor

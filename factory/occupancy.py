@@ -30,8 +30,9 @@ def blocks_per_processor(resources: KernelResources, threads: int, dynamic_share
         per_warp = math.ceil(per_thread * target.wave_size / REGISTER_UNIT) * REGISTER_UNIT
         limits.append(target.registers_per_processor // (per_warp * warps))
     shared = resources.shared_bytes + dynamic_shared
-    if shared:
-        limits.append(target.shared_per_processor // (shared + target.shared_reserved))
+    fitting = target.blocks_by_shared(shared)
+    if shared and fitting is not None:
+        limits.append(fitting)
     return max(0, min(limits))
 
 

@@ -33,3 +33,10 @@ def test_each_limit_binds_as_the_occupancy_calculator_says(resources, threads, d
 def test_the_a100_holds_less_shared_memory_and_an_amd_target_is_not_described():
     assert blocks_per_processor(uses(32, 48 * 1024), 128, 0, A100) == 3  # 164 KiB / 49 KiB
     assert occupancy(uses(32), 256, 0, MI250) is None
+
+
+def test_blocks_by_shared_counts_each_blocks_reserved_kib():
+    assert H100.blocks_by_shared(48 * 1024) == 4  # 228 KiB / (48 + 1 KiB)
+    assert H100.blocks_by_shared(113 * 1024) == 2 and H100.blocks_by_shared(113 * 1024 + 1) == 1
+    assert A100.blocks_by_shared(48 * 1024) == 3
+    assert MI250.blocks_by_shared(1024) is None

@@ -163,7 +163,7 @@ def resident_blocks(p: DwpParams, staging: Staging, target: DeviceTarget) -> int
     """Blocks an SM holds at once, as threads and shared memory allow (registers aside); where the target
     does not describe its SMs, as many as its threads allow."""
     blocks = target.threads_per_processor // p.threads
-    if target.shared_per_processor is not None and target.blocks_per_processor is not None:
-        blocks = min(blocks, target.blocks_per_processor,
-                     target.shared_per_processor // (staging.shared_bytes + target.shared_reserved))
+    fitting = target.blocks_by_shared(staging.shared_bytes)
+    if fitting is not None and target.blocks_per_processor is not None:
+        blocks = min(blocks, target.blocks_per_processor, fitting)
     return max(blocks, 1)

@@ -117,11 +117,12 @@ class Wgmma(WgmmaRules, Mma):
         if products < MIN_PRODUCTS:
             return (f"C*K = {problem.C * problem.K} per group, {p.groups_per_tile} a tile: a 64-channel wgmma tile "
                     f"would mostly multiply padding (at least {MIN_PRODUCTS})")
-        if p.min_blocks > 1 and target.shared_per_processor is not None:
-            per_block = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES + target.shared_reserved
-            if p.min_blocks * per_block > target.shared_per_processor:
-                return (f"{p.min_blocks} blocks an SM need {p.min_blocks * per_block} bytes of shared memory, over the "
-                        f"{target.shared_per_processor} of {target.arch}")
+        if p.min_blocks > 1:
+            shared = p.shared_bytes(problem.layout, problem.dtype) + MAX_TAPS * TAP_BYTES
+            fitting = target.blocks_by_shared(shared)
+            if fitting is not None and fitting < p.min_blocks:
+                return (f"{p.min_blocks} blocks an SM need {p.min_blocks * (shared + target.shared_reserved)} bytes "
+                        f"of shared memory, over the {target.shared_per_processor} of {target.arch}")
         return super().why_not_here(p, problem, target)
 
     def heuristic_score(self, p: WgmmaParams, problem: ConvProblem, target: DeviceTarget) -> float:

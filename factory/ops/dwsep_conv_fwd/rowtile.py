@@ -150,8 +150,8 @@ class Rowtile(MmaSyncRules, CompiledShape, Family[RowtileParams, DwsepProblem]):
         shared = p.shared_bytes()
         if shared > target.shared_optin:
             return f"needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
-        if p.blocks_per_sm > DEFAULT_BLOCKS_PER_SM and target.shared_per_processor \
-                and p.blocks_per_sm * (shared + target.shared_reserved) > target.shared_per_processor:
+        fitting = target.blocks_by_shared(shared)
+        if p.blocks_per_sm > DEFAULT_BLOCKS_PER_SM and fitting is not None and fitting < p.blocks_per_sm:
             return (f"{p.blocks_per_sm} blocks of {shared} bytes of shared memory do not fit an SM of {target.arch}: "
                     "asking for them would only cap the registers")
         return None
@@ -240,8 +240,7 @@ def _tiles(p: RowtileParams, problem: DwsepProblem) -> int:
 def _blocks(p: RowtileParams, problem: DwsepProblem, target: DeviceTarget) -> int:
     """One wave of resident blocks (at most the point's blocks_per_sm an SM, fewer where shared memory allows
     fewer), each walking the tiles gridDim.x apart with its weights loaded once; never more blocks than tiles."""
-    per_sm = p.blocks_per_sm
-    if target.shared_per_processor:
-        per_sm = max(1, min(per_sm, target.shared_per_processor // (p.shared_bytes() + target.shared_reserved)))
+    fitting = target.blocks_by_shared(p.shared_bytes())
+    per_sm = p.blocks_per_sm if fitting is None else max(1, min(p.blocks_per_sm, fitting))
     tiles_n = math.ceil(problem.K / p.block_n)
     return max(1, min(_tiles(p, problem), math.ceil(per_sm * target.processors / tiles_n)))

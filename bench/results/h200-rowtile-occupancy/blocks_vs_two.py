@@ -5,6 +5,7 @@ with the `_o3` / `_o4` points never preferred. python blocks_vs_two.py DB"""
 import math
 import re
 import sys
+from pathlib import Path
 
 import factory.ops.dwsep_conv_fwd.rowtile as rowtile
 from factory.device import TARGETS
@@ -33,6 +34,9 @@ def prior_regrets(tuned: list[tuple[object, dict[str, float]]]) -> list[float]:
     return [times[heuristic_pick(problem, target=TARGET).name] / min(times.values()) for problem, times in tuned]
 
 
+if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():  # TuningDB would create a missing file
+    print(f"usage: {Path(sys.argv[0]).name} DB (an existing SQLite tuning database)", file=sys.stderr)
+    sys.exit(2)
 tuned = catalog_times(TuningDB(sys.argv[1]))
 gains = []
 for problem, times in tuned:

@@ -1,8 +1,12 @@
 """Per tuned dwsep problem of a DB: the best rowtile point with and without the input window (`_win`), and
 the overall winner. python window_vs_plain.py DB"""
 import math, sys
+from pathlib import Path
 from factory.selector import problem_from_key
 from tuning_db import TuningDB
+if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():  # TuningDB would create a missing file
+    print(f"usage: {Path(sys.argv[0]).name} DB (an existing SQLite tuning database)", file=sys.stderr)
+    sys.exit(2)
 db = TuningDB(sys.argv[1]); r = []
 for w in db.winners():
     best = {"win": math.inf, "plain": math.inf}; name = {}

@@ -18,4 +18,7 @@ for w in db.winners():
     p = problem_from_key(w.problem_key)
     r.append(best["plain"] / best["win"])
     print(f"C={p.C:4} K={p.K:4} W={p.output[-1]:5} taps={math.prod(p.filter):3} s={p.stride[-1]} plain {best['plain']:7.1f} win {best['win']:7.1f} {best['plain']/best['win']:.3f} {name['win'].split('rowtile_')[1][:18]} winner={'WIN' if '_win_' in w.instance else w.instance.split('_')[5]}")
+if not r:
+    print("no problem with both window and plain rowtile points timed", file=sys.stderr)
+    sys.exit(2)
 print(f"plain/win geomean {math.exp(sum(map(math.log, r))/len(r)):.3f} over {len(r)}; window faster on {sum(x > 1 for x in r)}")

@@ -91,6 +91,7 @@ class Struct:
 
 TENSOR_MAP_BOX_MAX = 256  # elements of a box along any dimension
 TENSOR_MAP_SWIZZLE_BYTES = 128  # the swizzle span: a box's innermost extent, in bytes, when swizzled
+TMA_BARRIER_BYTES = 16  # a pipeline stage's `full` or `empty` barrier (common/tma.h: Bar)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...device import DeviceTarget
 from ...problem import ConvProblem, DType, Layout
-from ..base import I32, Buf, Launch, Struct, TensorMap
+from ..base import I32, TMA_BARRIER_BYTES, Buf, Launch, Struct, TensorMap
 from ..conv import layouts as cl
 from ..conv.transpose import transpose_values
 from ..conv.warpgroups import OPERAND_BYTES, SWIZZLE_ROW, StackedWarpgroups, check_pipeline
@@ -79,7 +79,6 @@ class PwParams(StackedWarpgroups):
 
 MEETING_ARGS_AT = 4  # kf_main's parameters before the coop ones: conv struct, epilogue, r_per_split, split_stride
 TMA_VECTOR = 8  # elements of a 16-byte unit: rows and group strides of whole units are what a tensor map takes
-TMA_BARRIER_BYTES = 16  # a stage's `full` and `empty` barriers each (common/tma.h: Bar)
 TMA_PRIOR_GAP = 0.5  # heuristic_score, doublings: bulk tensor copies below the threads' copies (see there)
 COOP_PRIOR = 0.1  # heuristic_score, doublings: the coop reduction against its two-stage twin (see there)
 COOP_PRIOR_SPLITS = 16  # ... above it up to this many splits, below it past them

@@ -110,6 +110,19 @@ CASES = [
     Case("twopass-nhwgc-bf16-2d-staged", "twopass", L.NHWGC, D.BF16,
          "N=2,C=24,K=21,input=6x7,filter=3x3,pad=1,bias_dw=1,bias_pw=1,act_dw=relu6,act_pw=relu6",
          lambda p: p.store.value == "staged" and p.block_m == 128 and p.block_n == 128),
+    # twopass's GEMM by bulk tensor copies (`_tma`): channels-last C = 80 (a stage's box past the last channel, K
+    # = 70 past a column tile, 84 positions under the tile's rows), 128 and 64 rows; NCHW-style C = 21 (the padded
+    # weights' copy, three samples as the map's images); C = 200 over a ring of three stages.
+    Case("twopass-nhwgc-fp16-2d-tma", "twopass", L.NHWGC, D.FP16,
+         "N=2,C=80,K=70,input=6x7,filter=3x3,pad=1,bias_pw=1,act_pw=relu",
+         lambda p: p.tma and p.block_m == 128 and p.stages == 4),
+    Case("twopass-nhwgc-bf16-2d-tma-64", "twopass", L.NHWGC, D.BF16,
+         "N=2,C=80,K=70,input=6x7,filter=3x3,pad=1,bias_dw=1,act_dw=relu6",
+         lambda p: p.tma and p.block_m == 64),
+    Case("twopass-ngchw-fp16-2d-tma-c21", "twopass", L.NGCHW, D.FP16, "N=3,C=21,K=40,input=5x6,filter=3x3,pad=1,bias_pw=1",
+         lambda p: p.tma and p.block_m == 64 and p.stages == 3),
+    Case("twopass-nhwgc-bf16-2d-tma-ring", "twopass", L.NHWGC, D.BF16, "N=1,C=200,K=24,input=4x5,filter=3x3,pad=1",
+         lambda p: p.tma and p.block_m == 64 and p.stages == 3),
     # rowtile: C under the instruction's depth (24 of 32, 8 of 16: zero channels in A and B), a row's last
     # strip part past its end (Wo = 19 under strips of 4) and a second tile along a row (Wo = 70 under 64),
     # K past a channel tile (72 under 64) and odd K (elements stored one by one), stride 2, dilation 2, 1-3 D.

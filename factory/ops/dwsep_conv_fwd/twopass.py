@@ -9,7 +9,8 @@ rounded once to the operand type as `fused` rounds them; channels-last, a block'
 memory by tap so that neighbouring lanes read them as neighbouring 16-byte vectors) into a channels-last
 workspace of N x positions x C, and `kf_main` multiplies it by the pointwise weights: the
 engine's main loop on run matrices (templates/common/igemm_rows.h, both operands K-major, sm_90a wgmma),
-bias and activation in the store. Channels-last, the GEMM's rows are the positions and its columns the
+bias and activation in the store; `_tma` points bring its operands by bulk tensor copies from a producer warp
+instead (templates/common/igemm_kmajor_tma.h). Channels-last, the GEMM's rows are the positions and its columns the
 output channels; NCHW-style, each sample's GEMM transposed (rows the output channels, a sample a grid z).
 
 The workspace is as large as the input. Where it fits in L2 (50 MB on the H100, 60 MB on the H200) it mostly comes back from
@@ -29,7 +30,7 @@ from typing import Any, ClassVar
 
 from ...device import DeviceTarget
 from ...problem import DType, Layout
-from ..base import Buf, Family, Launch, LaunchPlan, params_from_suffix
+from ..base import TMA_BARRIER_BYTES, Buf, Family, Launch, LaunchPlan, TensorMap, params_from_suffix
 from ..conv import cpp_type
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
@@ -46,6 +47,7 @@ DEPTHWISE_THREADS = 256
 GROUP_CHUNKS = 32  # channels-last: a kf_depthwise block's chunks at most (a warp's lanes one strip's chunks)
 SHARED_WEIGHTS_BYTES = 48 * 1024  # channels-last: kf_depthwise's shared copy of its chunks' weights at most
 DEPTHWISE_BLOCKS_PER_SM = 8  # channels-last: kf_depthwise's grid at most; a block loops over the strips beyond
+PRODUCER_THREADS = 32  # kf_main's producer warp with bulk tensor copies (igemm_kmajor_tma.h: PRODUCER_THREADS)
 GRID_LIMIT = 2**31 - 1
 GRID_Z_LIMIT = 65535
 WORKSPACE_ALIGN = 256
@@ -79,9 +81,15 @@ class TwopassParams(StackedWarpgroups):
     # STAGED (`_st`): kf_main's finished tile through shared memory, written 16 bytes a thread along its
     # contiguous columns; ELEMENT: each pair of accumulators where the instructions' layout puts it.
     store: TileStore = TileStore.ELEMENT
+    # `_tma`: kf_main's operands by bulk tensor copies from a producer warp of its own, the warpgroups waiting on
+    # per-stage barriers only (templates/common/igemm_kmajor_tma.h); else every thread's cp.async chunks.
+    tma: bool = False
 
     def __post_init__(self) -> None:
         self.check_block()
+        if self.tma and self.block_k != SWIZZLE_ROW:
+            raise ValueError(f"bulk tensor copies take stages of one {SWIZZLE_ROW}-element swizzle row, "
+                             f"not block_k={self.block_k}")
         if self.strip < 1:
             raise ValueError(f"strip={self.strip}: a depthwise thread computes at least one position")
         check_pipeline(self, self.threads, SWIZZLE_ROW)  # both operands K-major: whole swizzle rows
@@ -95,7 +103,18 @@ class TwopassParams(StackedWarpgroups):
     def suffix(self) -> str:
         padded = "_cpadded" if self.channels is Channels.PADDED else ""
         staged = "_st" if self.store is TileStore.STAGED else ""
-        return f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}{staged}_{self.shape}{padded}"
+        tma = "_tma" if self.tma else ""
+        return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}{staged}{tma}_{self.shape}"
+                f"{padded}")
+
+    @property
+    def main_threads(self) -> int:
+        """kf_main's block: the warpgroups, and with bulk tensor copies their producer warp."""
+        return self.threads + (PRODUCER_THREADS if self.tma else 0)
+
+    def main_shared_bytes(self) -> int:
+        """kf_main's shared memory: the pipeline, and with bulk tensor copies each stage's two barriers."""
+        return self.pipeline_bytes() + (2 * self.stages * TMA_BARRIER_BYTES if self.tma else 0)
 
     def template_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {
@@ -103,7 +122,7 @@ class TwopassParams(StackedWarpgroups):
             "threads": self.threads, "stages": self.stages, "chunk": CHUNK, "strip": self.strip,
             "depthwise_threads": DEPTHWISE_THREADS, "group_chunks": group_chunks(self.compiled),
             "whole_chunks": "true" if self.channels is Channels.WHOLE else "false",
-            "staged_store": self.store is TileStore.STAGED,
+            "staged_store": self.store is TileStore.STAGED, "tma": self.tma, "wgmma_overlap": self.tma,
             "wgmma_a_k_major": True, "wgmma_b_k_major": True}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
@@ -111,7 +130,7 @@ class TwopassParams(StackedWarpgroups):
 
 
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_w(?P<strip>\d+)"
-                        r"(?P<store>_st)?_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
+                        r"(?P<store>_st)?(?P<tma>_tma)?_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
 
 
 class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
@@ -130,7 +149,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
 
     def parse_suffix(self, suffix: str) -> TwopassParams | None:
         return params_from_suffix(self.suffix_re, TwopassParams, suffix,
-                                  {"shape": str, "channels": Channels, "store": lambda _: TileStore.STAGED})
+                                  {"shape": str, "channels": Channels, "store": lambda _: TileStore.STAGED,
+                                   "tma": lambda _: True})
 
     def cell_allows(self, params: TwopassParams, layout: Layout, dtype: DType, ndim: int) -> bool:
         return len(params.compiled.filter) == ndim
@@ -152,7 +172,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         if problem.channels_last and shared_weights_bytes(p.compiled) > target.shared_optin:
             return (f"the depthwise pass's shared weights need {shared_weights_bytes(p.compiled)} bytes, over the "
                     f"{target.shared_optin} of {target.arch}")
-        shared = p.pipeline_bytes()
+        shared = p.main_shared_bytes()
         if shared > target.shared_optin:
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
         if not problem.channels_last and problem.N > GRID_Z_LIMIT:
@@ -172,8 +192,9 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         args = (dwsep_args(problem), Buf("workspace"), padded_pw)
         depthwise = _depthwise_launch(p, problem, target, args)
         samples = 1 if problem.channels_last else problem.N
-        main = Launch("kf_main", (_tiles(p, problem), 1, samples), (p.threads, 1, 1), args,
-                      shared_bytes=p.pipeline_bytes())
+        maps = operand_maps(p, problem, padded_pw if padded else Buf("weight_pw")) if p.tma else ()
+        main = Launch("kf_main", (_tiles(p, problem), 1, samples), (p.main_threads, 1, 1), (*args, *maps),
+                      shared_bytes=p.main_shared_bytes())
         return LaunchPlan((depthwise, main), workspace_bytes=workspace_bytes(problem))
 
     def heuristic_score(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> float:
@@ -187,7 +208,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         at 0.44 M and below (1.01-1.52x) and the suite's mnv1_b64 (74 k, 1.43x): WIDE_WORK lies between.
         `fused` recomputes the depthwise stage for every tile of output channels, which costs with K and with
         the taps; twopass pays the workspace's round trip once. Held out (seed 60, 13 layers): the family
-        right on all, the prior alone 1.079x the tuned winner geomean, worst 1.23."""
+        right on all, the prior alone 1.079x the tuned winner geomean, worst 1.23. Bulk tensor copies rank just
+        above their twins where the reduction is long (long_reduction), well below elsewhere."""
         rows, cols = _gemm_shape(problem)
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)
@@ -196,7 +218,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         work = problem.C * problem.K * math.prod(problem.filter)
         preferred = work >= (WIDE_WORK if problem.channels_last else NARROW_WORK)
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
-        return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged
+        tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
+        return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma
 
 
 TWOPASS_LEVEL = 5.0
@@ -208,6 +231,12 @@ STRIP_STEP = 0.5  # the prior's cost of each doubling or halving away from the p
 # A staged store's point ranks just above its element-store twin: on the H200 the best staged point beat the best
 # element-store one by 1.02x geomean over 62 channels-last layers and 0.99-1.36x on five more (bench/NOTES.md 94).
 STAGED_PREFERENCE = 0.05
+# Bulk tensor copies (`_tma`) just above their twin with the threads' copies where the reduction is long, well below
+# it elsewhere: on the H200 the best `_tma` point ran 1.10x the best other on C = 1024 (16 stages), 1.02x at C = 512,
+# 0.98x at C = 272-320 and 0.94x at C = 64, where the producer's extra step is not paid back (bench/NOTES.md 97).
+TMA_PREFERENCE = 0.02
+TMA_PRIOR_GAP = 0.5
+TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
 
 
@@ -226,6 +255,11 @@ def preferred_strip(problem: DwsepProblem) -> int:
     while strip > 1 and (_depthwise_threads(problem, strip) < FEW_THREADS or redundant_strip(strip, problem)):
         strip //= 2
     return strip
+
+
+def long_reduction(problem: DwsepProblem) -> bool:
+    """Whether kf_main's reduction runs TMA_MIN_STAGES stages or more, where bulk tensor copies pay."""
+    return math.ceil(padded_channels(problem) / SWIZZLE_ROW) >= TMA_MIN_STAGES
 
 
 def redundant_strip(strip: int, problem: DwsepProblem) -> bool:
@@ -263,6 +297,24 @@ def _depthwise_launch(p: TwopassParams, problem: DwsepProblem, target: DeviceTar
     strip_blocks = math.ceil(_depthwise_threads(problem, p.strip) // chunks / per_block)
     blocks = min(strip_blocks, max(1, DEPTHWISE_BLOCKS_PER_SM * target.processors // groups))
     return Launch("kf_depthwise", (groups * blocks, 1, 1), block, args, shared_bytes=shared_weights_bytes(p.compiled))
+
+
+def operand_maps(p: TwopassParams, problem: DwsepProblem, pointwise: Buf) -> tuple[TensorMap, TensorMap]:
+    """kf_main's A and B as tensor maps of (reduction, rows, images) for templates/common/igemm_kmajor_tma.h, a box
+    one stage of a block's rows: the workspace's rows (all samples channels-last; a sample an image NCHW-style)
+    and the pointwise weights' K rows (`pointwise`: the weights, or their padded copy)."""
+    width = padded_channels(problem)
+    row_bytes = width * OPERAND_BYTES
+    positions = problem.positions // problem.N
+    weights = TensorMap(pointwise, OPERAND_BYTES, (width, problem.K, 1), (row_bytes, problem.K * row_bytes),
+                        (SWIZZLE_ROW, p.block_m if not problem.channels_last else p.block_n, 1))
+    if problem.channels_last:
+        mid = TensorMap(Buf("workspace"), OPERAND_BYTES, (width, problem.positions, 1),
+                        (row_bytes, problem.positions * row_bytes), (SWIZZLE_ROW, p.block_m, 1))
+        return mid, weights
+    mid = TensorMap(Buf("workspace"), OPERAND_BYTES, (width, positions, problem.N),
+                    (row_bytes, positions * row_bytes), (SWIZZLE_ROW, p.block_n, 1))
+    return weights, mid
 
 
 def shared_weights_bytes(shape: Shape) -> int:

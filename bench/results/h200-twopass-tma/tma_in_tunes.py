@@ -36,8 +36,14 @@ for problem, times in tuned:
     winner = min(times, key=times.get)
     print(f"{problem.layout.value} C={problem.C:4} K={problem.K:4} W={problem.output[-1]:4} taps={math.prod(problem.filter):3} "
           f"tma {tma:7.1f} threads {plain:7.1f} ({plain / tma:5.3f}x)  best {times[winner]:7.1f} {winner.split('_', 5)[5][:40]}")
-print(f"twopass's best with the threads' copies / its best `_tma`: geomean {geomean(gains):.3f} over {len(gains)}, "
-      f"{min(gains):.2f}-{max(gains):.2f}x")
+if not tuned:
+    print(f"{sys.argv[1]}: no tuned dwsep problem", file=sys.stderr)
+    sys.exit(2)
+if gains:
+    print(f"twopass's best with the threads' copies / its best `_tma`: geomean {geomean(gains):.3f} over {len(gains)}, "
+          f"{min(gains):.2f}-{max(gains):.2f}x")
+else:
+    print("no `_tma` point measured in this DB")
 regret = lambda: [times[heuristic_pick(p, target=TARGET).name] / min(times.values()) for p, times in tuned]  # noqa: E731
 today = regret()
 twopass.TMA_PREFERENCE = -twopass.TMA_PRIOR_GAP

@@ -110,6 +110,8 @@ class PreparedPlan:
                 s = step.step
                 if s.cooperative:
                     backend.launch_cooperative(step.kernel, s.grid, s.block, step.packed, s.shared_bytes, stream)
+                elif s.early_start:
+                    backend.launch_early(step.kernel, s.grid, s.block, step.packed, s.shared_bytes, stream)
                 else:
                     backend.launch_prepared(step.kernel, s.grid, s.block, step.packed, s.shared_bytes, stream)
 

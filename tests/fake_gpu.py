@@ -183,6 +183,10 @@ class FakeGPU:
             if spec.name in written:
                 self.copy_to_device(self._bound[spec.name], self._answer()[spec.name])
 
+    def launch_early(self, kernel, grid, block, prepared, shared_bytes: int = 0, stream: int = 0) -> None:
+        """Launches run one after another here; starting early changes nothing."""
+        self.launch_prepared(kernel, grid, block, prepared, shared_bytes, stream)
+
     def launch_cooperative(self, kernel, grid, block, prepared, shared_bytes: int = 0, stream: int = 0) -> None:
         """Every block resident at once is what a real device guarantees; here the launch writes the answer."""
         self.launch_prepared(kernel, grid, block, prepared, shared_bytes, stream)

@@ -132,6 +132,19 @@ class Backend(Protocol):
         the device cannot hold is an error, not a hang."""
         ...
 
+    def launch_early(
+        self,
+        kernel: LoadedKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: object,
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        """As launch_prepared, the blocks allowed to start before the previous launch on the stream ends (the
+        kernel waits for it itself: templates/common/pdl.h); a backend without that launches plainly."""
+        ...
+
     def encode_tensor_map(self, at: int, tmap: Any, address: int) -> None:
         """Write the device's encoding of `tmap` (factory/ops/base.py: TensorMap) over the buffer at `address`
         to the 128 bytes at host address `at` (64-byte aligned): a kernel parameter of bulk tensor copies."""

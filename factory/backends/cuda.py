@@ -158,13 +158,40 @@ class CudaKernel:
 
 @dataclass(frozen=True)
 class _HotPath:
-    """cuLaunchKernel, cuLaunchCooperativeKernel and cuMemsetD8Async called straight from libcuda through ctypes: about a
-    microsecond each from Python, a fraction of the generic bindings' cost, and Kernel.run sits on
-    the caller's hot path. Errors still go through the bindings' error classification."""
+    """cuLaunchKernel, cuLaunchCooperativeKernel, cuLaunchKernelEx and cuMemsetD8Async called straight from libcuda
+    through ctypes: about a microsecond each from Python, a fraction of the generic bindings' cost, and Kernel.run
+    sits on the caller's hot path. Errors still go through the bindings' error classification."""
 
     launch: Any
     memset: Any
     launch_cooperative: Any
+    launch_ex: Any  # None in a driver without cuLaunchKernelEx (before CUDA 12)
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h): the attribute's id, padding to 8 bytes, a 64-byte value union."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h), what cuLaunchKernelEx takes."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: value 1 allows it
+_EARLY_START = _LaunchAttribute(_PROGRAMMATIC_STREAM_SERIALIZATION, b"", (ctypes.c_int * 16)(1))
+
+
+@lru_cache(maxsize=256)
+def _early_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int,
+                  stream: int) -> "ctypes._Pointer[_LaunchConfig]":
+    """An early-start launch's CUlaunchConfig, made once per geometry and stream (Kernel.run's hot path)."""
+    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_bytes, stream or None,
+                           ctypes.pointer(_EARLY_START), 1)
+    return ctypes.pointer(config)
 
 
 @lru_cache(maxsize=1)
@@ -191,7 +218,11 @@ def _hot_path() -> _HotPath | None:
     memset.restype = ctypes.c_int
     cooperative.argtypes = [ptr, u32, u32, u32, u32, u32, u32, u32, ptr, ptr]
     cooperative.restype = ctypes.c_int
-    return _HotPath(launch, memset, cooperative)
+    launch_ex = getattr(lib, "cuLaunchKernelEx", None)
+    if launch_ex is not None:
+        launch_ex.argtypes = [ctypes.POINTER(_LaunchConfig), ptr, ptr, ptr]
+        launch_ex.restype = ctypes.c_int
+    return _HotPath(launch, memset, cooperative, launch_ex)
 
 
 # cuTensorMapEncodeTiled's enums (cuda.h): an unsigned type of the element's width (the copy moves bits),
@@ -366,6 +397,26 @@ class CudaBackend:
         stream: int = 0,
     ) -> None:
         self._launch(kernel, grid, block, prepared, shared_bytes, stream, cooperative=True)
+
+    def launch_early(
+        self,
+        kernel: CudaKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: "PreparedArgs",
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        """cuLaunchKernelEx with programmatic stream serialisation allowed: the blocks may be placed once every
+        block of the previous launch has started (and called griddepcontrol.launch_dependents) and wait for it
+        themselves (templates/common/pdl.h). A plain launch where libcuda's entry point is not at hand."""
+        hot = _hot_path()
+        if hot is None or hot.launch_ex is None:
+            self._launch(kernel, grid, block, prepared, shared_bytes, stream, cooperative=False)
+            return
+        status = hot.launch_ex(_early_config(grid, block, shared_bytes, stream), kernel.handle, prepared.pointer, None)
+        if status != 0:
+            _check((self._driver.CUresult(status),), f"cuLaunchKernelEx({kernel.name})")
 
     def _launch(self, kernel: CudaKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
                 prepared: "PreparedArgs", shared_bytes: int, stream: int, cooperative: bool) -> None:

@@ -291,6 +291,18 @@ class HipBackend:
             (prepared.frame,),
         )
 
+    def launch_early(
+        self,
+        kernel: HipKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        prepared: PreparedArgs,
+        shared_bytes: int = 0,
+        stream: int = 0,
+    ) -> None:
+        """No programmatic dependent launch here: a plain launch (the kernel's wait compiles to nothing)."""
+        self.launch_prepared(kernel, grid, block, prepared, shared_bytes, stream)
+
     def launch_cooperative(
         self,
         kernel: HipKernel,

@@ -152,7 +152,10 @@ class Memset:
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch. `cooperative`: every block is resident at once (the backend's cooperative
-    launch, which refuses a grid the device cannot hold), so blocks may wait for each other."""
+    launch, which refuses a grid the device cannot hold), so blocks may wait for each other. `early_start`:
+    the blocks may be placed while the previous launch still runs (programmatic dependent launch where the
+    backend has it, else a plain launch); the kernel waits for that launch (templates/common/pdl.h) before
+    reading what it wrote, and only a kernel that does may be so marked."""
 
     entry: str
     grid: tuple[int, int, int]
@@ -160,6 +163,7 @@ class Launch:
     args: tuple[LaunchArg, ...]
     shared_bytes: int = 0
     cooperative: bool = False
+    early_start: bool = False
 
 
 Step = Union[Memset, Launch]

@@ -1,13 +1,11 @@
-"""Launches that start before the previous one ends (Launch.early_start, templates/common/pdl.h): which twopass
-launches are so marked, that their kernels wait before reading, that the executor routes them to the backend's
-early launch, and that the CUDA backend's launch config is laid out as cuda.h's."""
+"""Launches that start before the previous one ends (Launch.early_start, templates/common/pdl.h): twopass's GEMM
+launches are so marked and their kernels wait before reading, the executor routes them to the backend's early
+launch, and the CUDA backend's launch config is laid out as cuda.h's."""
 
 from __future__ import annotations
 
 import ctypes
 import re
-
-import pytest
 
 from factory.backends import cuda
 from factory.device import target_for_device
@@ -34,25 +32,9 @@ def main_launch(instance, problem) -> Launch:
     return main
 
 
-@pytest.mark.parametrize("layout, spec, tile, early", [
-    # a full wave of blocks (392 of 64 x 128)
-    (Layout.NHWGC, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", "b64x128x64_p3_w2_st_tma", True),
-    # 128 blocks of a 32-stage reduction, two of which fit an SM: plain (measured 0.95x early)
-    (Layout.NHWGC, "N=8,C=2048,K=512,input=16x16,filter=3x3,pad=1", "b64x128x64_p4_w2_st_tma", False),
-    # ... the same in 128 x 128 tiles, one an SM: early (measured 1.04x)
-    (Layout.NHWGC, "N=8,C=2048,K=512,input=16x16,filter=3x3,pad=1", "b128x128x64_p4_w2_st_tma", True),
-    # 32 blocks of a 2-stage reduction: early (measured 1.18x)
-    (Layout.NGCHW, "N=8,C=96,K=40,input=28x28,filter=3x3,stride=2,pad=1", "b64x64x64_p4_w1_k", True),
-])
-def test_kf_main_starts_early_except_small_grids_of_long_reductions_that_share_sms(layout, spec, tile, early):
-    problem, points = twopass_points(layout, spec)
-    instance = next(i for i in points if f"_twopass_{tile}" in i.name)
-    assert main_launch(instance, problem).early_start is early
-
-
 def test_a_kernel_launched_early_waits_before_its_first_statement_that_reads():
-    """Every twopass kf_main (both engines, both stores, every layout) calls the wait before anything else but
-    its static checks: what it reads is kf_depthwise's."""
+    """Every twopass kf_main (both engines, both stores, every layout) is launched early and calls the wait before
+    anything else but its static checks: what it reads is kf_depthwise's."""
     for layout, spec in ((Layout.NHWGC, "N=4,C=100,K=72,input=9x9,filter=5x5,pad=2"),
                          (Layout.NGCHW, "N=2,C=64,K=40,input=11x7,filter=3x3,pad=1")):
         problem, points = twopass_points(layout, spec)

@@ -1,7 +1,7 @@
 # twopass's kf_main launched early (programmatic dependent launch, templates/common/pdl.h): measured against the
 # same binaries launched plainly, then, where it pays, the correctness checks and the shipped twopass winners
 # timed again on the changed source.    bash bench/results/h200-twopass-pdl/plan.sh [speed]   (one H200 call;
-# `speed`: the comparison and the shipped winners only, as run again once starts_early() had its rule)
+# `speed`: the comparison and the shipped winners only, as run under the rule of commit 626fa2f, since removed)
 set -u
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests

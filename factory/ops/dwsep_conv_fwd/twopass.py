@@ -193,8 +193,10 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         depthwise = _depthwise_launch(p, problem, target, args)
         samples = 1 if problem.channels_last else problem.N
         maps = operand_maps(p, problem, padded_pw if padded else Buf("weight_pw")) if p.tma else ()
+        # kf_main waits for kf_depthwise itself, so its launch may start during kf_depthwise's last wave: on the
+        # H200 the best point 1.042x geomean over 17 layers (0.96-1.18x; bench/NOTES.md 98).
         main = Launch("kf_main", (_tiles(p, problem), 1, samples), (p.main_threads, 1, 1), (*args, *maps),
-                      shared_bytes=p.main_shared_bytes(), early_start=starts_early(p, problem, target))
+                      shared_bytes=p.main_shared_bytes(), early_start=True)
         return LaunchPlan((depthwise, main), workspace_bytes=workspace_bytes(problem))
 
     def heuristic_score(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> float:
@@ -255,29 +257,6 @@ def preferred_strip(problem: DwsepProblem) -> int:
     while strip > 1 and (_depthwise_threads(problem, strip) < FEW_THREADS or redundant_strip(strip, problem)):
         strip //= 2
     return strip
-
-
-def starts_early(p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> bool:
-    """Whether kf_main's launch may start during kf_depthwise's last wave (kf_main waits for it itself:
-    templates/common/pdl.h), saving the gap between the two launches: everywhere but a grid under one block an
-    SM whose blocks run a long reduction and could share an SM. Blocks placed early go wherever kf_depthwise has
-    left room, two to an SM where they fit, where a plain launch spreads them one an SM.
-
-    Measured on the H200 (every twopass point of nine layers, both ways in turns; bench/NOTES.md 98): the best
-    point 1.02-1.17x faster on seven layers; on C = 2048 (32 stages, 128 blocks of 64 x 128) and C = 1152 (18
-    stages, 26 blocks) the tiles two of which fit an SM 0.95-0.98x, the 128 x 128 ones (one an SM) 1.04-1.07x."""
-    blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)
-    return blocks >= target.processors or not long_reduction(problem) or _main_blocks_an_sm(p, target) == 1
-
-
-MAIN_REGISTERS = 128  # registers a kf_main thread compiles to (NVRTC, sm_90a: the staged and `_tma` points)
-
-
-def _main_blocks_an_sm(p: TwopassParams, target: DeviceTarget) -> int:
-    """kf_main blocks one SM holds at once, by shared memory and by registers."""
-    by_shared = target.blocks_by_shared(p.main_shared_bytes()) or 1
-    by_registers = (target.registers_per_processor or 0) // (p.main_threads * MAIN_REGISTERS)
-    return max(1, min(by_shared, by_registers))
 
 
 def long_reduction(problem: DwsepProblem) -> bool:

@@ -46,6 +46,7 @@ CHUNK = 8  # channels of one 16-byte chunk: a depthwise thread's, and the GEMM's
 DEPTHWISE_THREADS = 256
 GROUP_CHUNKS = 32  # channels-last: a kf_depthwise block's chunks at most (a warp's lanes one strip's chunks)
 SHARED_WEIGHTS_BYTES = 48 * 1024  # channels-last: kf_depthwise's shared copy of its chunks' weights at most
+SHARED_WEIGHT_BYTES = 4  # ... a weight there: a float (converted once a block, not once a strip)
 DEPTHWISE_BLOCKS_PER_SM = 8  # channels-last: kf_depthwise's grid at most; a block loops over the strips beyond
 PRODUCER_THREADS = 32  # kf_main's producer warp with bulk tensor copies (igemm_kmajor_tma.h: PRODUCER_THREADS)
 GRID_LIMIT = 2**31 - 1
@@ -279,8 +280,8 @@ def redundant_strip_reason(strip: int, problem: DwsepProblem) -> str | None:
 
 def group_chunks(shape: Shape) -> int:
     """Channels-last, the most chunks a kf_depthwise block takes: GROUP_CHUNKS, fewer where their weights'
-    shared copy (a row of that many chunks and one of padding a tap) would pass SHARED_WEIGHTS_BYTES."""
-    row_limit = SHARED_WEIGHTS_BYTES // (math.prod(shape.filter) * CHUNK * OPERAND_BYTES)
+    shared copy (a row of that many chunks and one of padding a tap, as floats) would pass SHARED_WEIGHTS_BYTES."""
+    row_limit = SHARED_WEIGHTS_BYTES // (math.prod(shape.filter) * CHUNK * SHARED_WEIGHT_BYTES)
     return max(1, min(GROUP_CHUNKS, row_limit - 1))
 
 
@@ -321,7 +322,7 @@ def operand_maps(p: TwopassParams, problem: DwsepProblem, pointwise: Buf) -> tup
 
 def shared_weights_bytes(shape: Shape) -> int:
     """Channels-last, kf_depthwise's shared copy of a group's weights: a row of group_chunks + 1 chunks a tap."""
-    return math.prod(shape.filter) * (group_chunks(shape) + 1) * CHUNK * OPERAND_BYTES
+    return math.prod(shape.filter) * (group_chunks(shape) + 1) * CHUNK * SHARED_WEIGHT_BYTES
 
 
 def padded_channels(problem: DwsepProblem) -> int:

@@ -45,7 +45,8 @@ CELLS = frozenset((layout, dtype, ndim) for layout in (Layout.NHWGC, Layout.NGCH
 CHUNK = 8  # channels of one 16-byte chunk: a depthwise thread's, and the GEMM's copies'
 DEPTHWISE_THREADS = 256
 GROUP_CHUNKS = 32  # channels-last: a kf_depthwise block's chunks at most (a warp's lanes one strip's chunks)
-SHARED_WEIGHTS_BYTES = 48 * 1024  # channels-last: kf_depthwise's shared copy of its chunks' weights at most
+# channels-last: kf_depthwise's shared copy of its chunks' weights at most (32 chunks of a 7x7 filter's floats fit)
+SHARED_WEIGHTS_BYTES = 64 * 1024
 SHARED_WEIGHT_BYTES = 4  # ... a weight there: a float (converted once a block, not once a strip)
 DEPTHWISE_BLOCKS_PER_SM = 8  # channels-last: kf_depthwise's grid at most; a block loops over the strips beyond
 PRODUCER_THREADS = 32  # kf_main's producer warp with bulk tensor copies (igemm_kmajor_tma.h: PRODUCER_THREADS)

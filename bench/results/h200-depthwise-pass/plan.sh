@@ -10,6 +10,7 @@ export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests
 unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1
 KF() { python3 -c 'import sys; from factory.cli import main; sys.exit(main())' "$@"; }
 HERE=bench/results/h200-depthwise-pass
+BEFORE=${BEFORE:-$HERE/before}  # the code "before" is timed on: copies of the template and the family module
 LAYERS=("NHWGC bf16 N=64,C=672,K=112,input=14x14,filter=5x5,pad=2" "NHWGC fp16 N=32,C=960,K=160,input=7x7,filter=5x5,pad=2"
         "NHWGC fp16 N=32,C=768,K=768,input=14x14,filter=7x7,pad=3" "NHWGC fp16 N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1"
         "NHWGC bf16 N=16,C=1152,K=192,input=7x7,filter=3x3,pad=1" "NHWGC fp16 N=64,C=384,K=384,input=28x28,filter=7x7,pad=3"
@@ -23,7 +24,7 @@ if [ "${1:-}" = verify ]; then
 elif [ "${1:-}" = time ]; then
   # before: main's template and family module in place (compiled afresh: the sources differ), then after
   cp templates/dwsep_conv_fwd/twopass.hip.j2 /tmp/after.j2; cp factory/ops/dwsep_conv_fwd/twopass.py /tmp/after.py
-  cp $HERE/before/twopass.hip.j2.txt templates/dwsep_conv_fwd/twopass.hip.j2; cp $HERE/before/twopass.py.txt factory/ops/dwsep_conv_fwd/twopass.py
+  cp $BEFORE/twopass.hip.j2.txt templates/dwsep_conv_fwd/twopass.hip.j2; cp $BEFORE/twopass.py.txt factory/ops/dwsep_conv_fwd/twopass.py
   timeall > $OUT/before.txt 2>&1
   cp /tmp/after.j2 templates/dwsep_conv_fwd/twopass.hip.j2; cp /tmp/after.py factory/ops/dwsep_conv_fwd/twopass.py
   timeall > $OUT/after.txt 2>&1

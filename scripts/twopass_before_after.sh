@@ -1,0 +1,35 @@
+# A change to twopass's template or family module, on an H200 (bench/NOTES.md 99-102):
+#   verify: every twopass instance against the numpy reference (outputs poisoned), then 150 runs of twopass points
+#           on 50 random shapes against PyTorch;
+#   time:   every twopass point of each layer in $LAYERS_FILE (one "LAYOUT DTYPE SPEC" a line) with $BEFORE's
+#           copies of the template and module in place (twopass.hip.j2.txt, twopass.py.txt; compiled afresh),
+#           then with the change, PyTorch in the same runs (before.txt, after.txt under $OUT); then the shipped
+#           twopass winners timed again on the change (`db verify --changed`: $OUT/verify.txt, $OUT/ship.db).
+# Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time
+set -u
+python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
+export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests
+unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1
+KF() { python3 -c 'import sys; from factory.cli import main; sys.exit(main())' "$@"; }
+TEMPLATE=templates/dwsep_conv_fwd/twopass.hip.j2 MODULE=factory/ops/dwsep_conv_fwd/twopass.py
+timeall() {
+  while read -r layout dtype spec; do
+    echo "=== $layout $dtype $spec"
+    timeout 90 python3 scripts/time_instances.py dwsep_conv_fwd "$layout" "$dtype" "$spec" --family twopass --show 6 2>&1 | tail -8
+  done < "$LAYERS_FILE"
+}
+case "${1:-}" in
+  verify)
+    timeout 280 python3 -m pytest -m gpu -q -x tests/test_gpu_dwsep_conv_fwd.py -k twopass 2>&1 | tail -3
+    timeout 120 python3 -m pytest -m gpu -q -x -s tests/test_gpu_dwsep_random.py -k twopass 2>&1 | tail -4 ;;
+  time)
+    cp $TEMPLATE /tmp/after.j2; cp $MODULE /tmp/after.py
+    cp "$BEFORE/twopass.hip.j2.txt" $TEMPLATE; cp "$BEFORE/twopass.py.txt" $MODULE
+    timeall > $OUT/before.txt 2>&1
+    cp /tmp/after.j2 $TEMPLATE; cp /tmp/after.py $MODULE
+    timeall > $OUT/after.txt 2>&1
+    grep -A2 "^===" $OUT/before.txt | grep -v "^--"; grep -A2 "^===" $OUT/after.txt | grep -v "^--"
+    KF db import shipped/sm_90.json --db $OUT/ship.db > /dev/null
+    KF db verify --changed --op dwsep_conv_fwd --db $OUT/ship.db > $OUT/verify.txt 2>&1; tail -2 $OUT/verify.txt ;;
+  *) echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time" >&2; exit 2 ;;
+esac

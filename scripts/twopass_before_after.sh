@@ -7,6 +7,11 @@
 #           twopass winners timed again on the change (`db verify --changed`: $OUT/verify.txt, $OUT/ship.db).
 # Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time
 set -u
+case "${1:-}" in verify | time) ;; *) echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time" >&2; exit 2 ;; esac
+if [ "$1" = time ] && { [ ! -f "${LAYERS_FILE:-}" ] || [ ! -f "${BEFORE:-}/twopass.hip.j2.txt" ] || [ ! -d "${OUT:-}" ]; }; then
+  echo "time needs LAYERS_FILE (a file), BEFORE (a folder with twopass.hip.j2.txt and twopass.py.txt) and OUT (a folder)" >&2
+  exit 2
+fi
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests
 unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1
@@ -24,6 +29,7 @@ case "${1:-}" in
     timeout 120 python3 -m pytest -m gpu -q -x -s tests/test_gpu_dwsep_random.py -k twopass 2>&1 | tail -4 ;;
   time)
     cp $TEMPLATE /tmp/after.j2; cp $MODULE /tmp/after.py
+    trap 'cp /tmp/after.j2 $TEMPLATE; cp /tmp/after.py $MODULE' EXIT  # the change back in place, however this ends
     cp "$BEFORE/twopass.hip.j2.txt" $TEMPLATE; cp "$BEFORE/twopass.py.txt" $MODULE
     timeall > $OUT/before.txt 2>&1
     cp /tmp/after.j2 $TEMPLATE; cp /tmp/after.py $MODULE
@@ -31,5 +37,4 @@ case "${1:-}" in
     grep -A2 "^===" $OUT/before.txt | grep -v "^--"; grep -A2 "^===" $OUT/after.txt | grep -v "^--"
     KF db import shipped/sm_90.json --db $OUT/ship.db > /dev/null
     KF db verify --changed --op dwsep_conv_fwd --db $OUT/ship.db > $OUT/verify.txt 2>&1; tail -2 $OUT/verify.txt ;;
-  *) echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time" >&2; exit 2 ;;
 esac

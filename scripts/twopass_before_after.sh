@@ -8,7 +8,7 @@
 # Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time
 set -u
 case "${1:-}" in verify | time) ;; *) echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time" >&2; exit 2 ;; esac
-if [ "$1" = time ] && { [ ! -f "${LAYERS_FILE:-}" ] || [ ! -f "${BEFORE:-}/twopass.hip.j2.txt" ] || [ ! -d "${OUT:-}" ]; }; then
+if [ "$1" = time ] && { [ ! -f "${LAYERS_FILE:-}" ] || [ ! -f "${BEFORE:-}/twopass.hip.j2.txt" ] || [ ! -f "${BEFORE:-}/twopass.py.txt" ] || [ ! -d "${OUT:-}" ]; }; then
   echo "time needs LAYERS_FILE (a file), BEFORE (a folder with twopass.hip.j2.txt and twopass.py.txt) and OUT (a folder)" >&2
   exit 2
 fi

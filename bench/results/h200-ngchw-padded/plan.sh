@@ -9,6 +9,7 @@ set -u
 HERE=bench/results/h200-ngchw-padded
 BEFORE=$HERE/before LAYERS_FILE=$HERE/layers.txt bash scripts/twopass_before_after.sh "$@"
 if [ "${1:-}" = verify ]; then  # the C = 415 layer's best point, both launches
+  export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests KFACTORY_SHIPPED=off
   timeout 100 ncu --clock-control none --kernel-name regex:kf_ --launch-skip 4 --launch-count 2 --section SpeedOfLight \
     --section Occupancy python3 scripts/profile_one.py dwsep_conv_fwd NGCHW fp16 "$(head -1 $HERE/layers.txt | cut -d' ' -f3)" \
     dwsep_conv_fwd_2d_ngchw_fp16_twopass_b64x128x64_p3_w2_st_k5x5s2x2d1x1_cpadded 2>&1 \

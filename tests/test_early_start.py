@@ -1,6 +1,7 @@
 """Launches that start before the previous one ends (Launch.early_start, templates/common/pdl.h): twopass's GEMM
-launches are so marked and their kernels wait before reading, the executor routes them to the backend's early
-launch, and the CUDA backend's launch config is laid out as cuda.h's."""
+launches, and its depthwise launches that follow an input copy, are so marked and their kernels wait before
+reading, the executor routes them to the backend's early launch, and the CUDA backend's launch config is laid out
+as cuda.h's."""
 
 from __future__ import annotations
 
@@ -27,8 +28,12 @@ def twopass_points(layout: Layout, spec: str) -> tuple[object, list]:
 
 def main_launch(instance, problem) -> Launch:
     plan = SOLVER.families["twopass"].launch_plan(instance.params, problem, H200)
-    depthwise, main = plan.steps
-    assert depthwise.entry == "kf_depthwise" and not depthwise.early_start  # it follows unrelated work
+    *first, depthwise, main = plan.steps
+    assert depthwise.entry == "kf_depthwise"
+    # Early only after kf_pad_input (channels-last, C not a multiple of 8); first, it follows unrelated work.
+    assert [s.entry for s in first] == (["kf_pad_input"] if instance.params.channels.value == "padded"
+                                        and problem.channels_last else [])
+    assert depthwise.early_start == bool(first)
     return main
 
 
@@ -47,6 +52,18 @@ def test_a_kernel_launched_early_waits_before_its_first_statement_that_reads():
             statements = [s.strip() for s in body.split("{", 1)[1].split(";") if s.strip()]
             first = next(s for s in statements if not s.startswith("static_assert"))
             assert re.fullmatch(r"kf_wait_previous_grid\(\)", first.split("\n")[0]), first
+
+
+def test_the_depthwise_pass_waits_for_the_input_copy_before_its_strips():
+    """Channels-last with C not a multiple of 8, kf_depthwise is launched early behind kf_pad_input: it waits
+    before its first strip (what the strips read is the copy), after only what reads the user's own tensors."""
+    problem, points = twopass_points(Layout.NHWGC, "N=4,C=100,K=72,input=9x9,filter=5x5,pad=2")
+    instance = points[0]
+    main_launch(instance, problem)
+    body = source_of(instance).text.split(" kf_depthwise(", 1)[1].split("\n}\n", 1)[0]
+    channels_last = body.split("if (CHANNELS_LAST) {", 1)[1]
+    assert channels_last.index("kf_wait_previous_grid()") < channels_last.index("depthwise_strip(")
+    assert "kf_allow_next_grid()" in source_of(instance).text.split(" kf_pad_input(", 1)[1].split("\n}\n", 1)[0]
 
 
 class RecordingBackend:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -167,7 +167,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         refused = redundant_strip_reason(p.strip, problem)
         if refused:
             return refused
-        largest = max(problem.N * problem.C * math.prod(problem.input), problem.positions * problem.K,
+        largest = max(problem.N * padded_channels(problem) * math.prod(problem.input), problem.positions * problem.K,
                       problem.positions * padded_channels(problem))
         if largest > INT32_LIMIT:
             return "a tensor or the workspace has 2**31 elements or more; the kernels index with 32-bit integers"
@@ -192,14 +192,23 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         padded = p.channels is Channels.PADDED
         padded_pw = Buf("workspace", offset=_depthwise_bytes(problem)) if padded else Buf("workspace")
         args = (dwsep_args(problem), Buf("workspace"), padded_pw)
-        depthwise = _depthwise_launch(p, problem, target, args)
+        # Channels-last where C is not a multiple of CHUNK: kf_pad_input first copies the input to rows of whole
+        # chunks, which kf_depthwise then reads 16 bytes at a time (element by element, a strip took ~2x the
+        # instructions of the whole-chunk path; bench/NOTES.md 103); kf_depthwise waits for the copy itself.
+        first: tuple[Launch, ...] = ()
+        padded_in = Buf("workspace")  # unread where the input is read in place
+        if padded and problem.channels_last:
+            padded_in = Buf("workspace", offset=_depthwise_bytes(problem) + _padded_pointwise_bytes(problem))
+            first = (_pad_input_launch(problem, target, (dwsep_args(problem), padded_in)),)
+        depthwise = _depthwise_launch(p, problem, target, (*args, padded_in))
+        depthwise = replace(depthwise, early_start=bool(first))
         samples = 1 if problem.channels_last else problem.N
         maps = operand_maps(p, problem, padded_pw if padded else Buf("weight_pw")) if p.tma else ()
         # kf_main waits for kf_depthwise itself, so its launch may start during kf_depthwise's last wave: on the
         # H200 the best point 1.042x geomean over 17 layers (0.96-1.18x; bench/NOTES.md 98).
         main = Launch("kf_main", (_tiles(p, problem), 1, samples), (p.main_threads, 1, 1), (*args, *maps),
                       shared_bytes=p.main_shared_bytes(), early_start=True)
-        return LaunchPlan((depthwise, main), workspace_bytes=workspace_bytes(problem))
+        return LaunchPlan((*first, depthwise, main), workspace_bytes=workspace_bytes(problem))
 
     def heuristic_score(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> float:
         """Above `fused` (whose scores run 0-5) on NCHW-style layers whose C x K x taps reaches NARROW_WORK and on
@@ -334,10 +343,24 @@ def padded_channels(problem: DwsepProblem) -> int:
 def workspace_bytes(problem: DwsepProblem) -> int:
     """The depthwise outputs, N x positions x padded_channels in the operand type, rounded up to
     WORKSPACE_ALIGN; where C is not a multiple of CHUNK, then the padded pointwise weights, K x
+    padded_channels (rounded up likewise), and channels-last the padded input, N x input positions x
     padded_channels."""
-    padded = Channels.of(problem.C) is Channels.PADDED
-    padded_pw = problem.K * padded_channels(problem) * OPERAND_BYTES if padded else 0
-    return _depthwise_bytes(problem) + padded_pw
+    if Channels.of(problem.C) is not Channels.PADDED:
+        return _depthwise_bytes(problem)
+    padded_in = problem.N * math.prod(problem.input) * padded_channels(problem) * OPERAND_BYTES
+    return _depthwise_bytes(problem) + _padded_pointwise_bytes(problem) + (padded_in if problem.channels_last else 0)
+
+
+def _padded_pointwise_bytes(problem: DwsepProblem) -> int:
+    size = problem.K * padded_channels(problem) * OPERAND_BYTES
+    return (size + WORKSPACE_ALIGN - 1) // WORKSPACE_ALIGN * WORKSPACE_ALIGN
+
+
+def _pad_input_launch(problem: DwsepProblem, target: DeviceTarget, args: tuple) -> Launch:
+    """kf_pad_input: a thread a (input position, chunk) at a time, at most DEPTHWISE_BLOCKS_PER_SM blocks an SM."""
+    work = problem.N * math.prod(problem.input) * (padded_channels(problem) // CHUNK)
+    blocks = min(math.ceil(work / DEPTHWISE_THREADS), DEPTHWISE_BLOCKS_PER_SM * target.processors)
+    return Launch("kf_pad_input", (blocks, 1, 1), (DEPTHWISE_THREADS, 1, 1), args)
 
 
 def _depthwise_bytes(problem: DwsepProblem) -> int:

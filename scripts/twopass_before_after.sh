@@ -4,12 +4,15 @@
 #   time:   every twopass point of each layer in $LAYERS_FILE (one "LAYOUT DTYPE SPEC" a line) with $BEFORE's
 #           copies of the template and module in place (twopass.hip.j2.txt, twopass.py.txt; compiled afresh),
 #           then with the change, PyTorch in the same runs (before.txt, after.txt under $OUT); then the shipped
-#           twopass winners timed again on the change (`db verify --changed`: $OUT/verify.txt, $OUT/ship.db).
-# Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time
+#           twopass winners timed again on the change (`db verify --changed`: $OUT/verify.txt, $OUT/ship.db);
+#   layers, shipped: time's two halves, for a device call each where both together would run too long.
+# Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh MODE
 set -u
-case "${1:-}" in verify | time) ;; *) echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time" >&2; exit 2 ;; esac
-if [ "$1" = time ] && { [ ! -f "${LAYERS_FILE:-}" ] || [ ! -f "${BEFORE:-}/twopass.hip.j2.txt" ] || [ ! -f "${BEFORE:-}/twopass.py.txt" ] || [ ! -d "${OUT:-}" ]; }; then
-  echo "time needs LAYERS_FILE (a file), BEFORE (a folder with twopass.hip.j2.txt and twopass.py.txt) and OUT (a folder)" >&2
+case "${1:-}" in verify | time | layers | shipped) ;; *)
+  echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time|layers|shipped" >&2; exit 2 ;; esac
+if [ "$1" != verify ] && [ ! -d "${OUT:-}" ]; then echo "$1 needs OUT (a folder)" >&2; exit 2; fi
+if { [ "$1" = time ] || [ "$1" = layers ]; } && { [ ! -f "${LAYERS_FILE:-}" ] || [ ! -f "${BEFORE:-}/twopass.hip.j2.txt" ] || [ ! -f "${BEFORE:-}/twopass.py.txt" ]; }; then
+  echo "$1 needs LAYERS_FILE (a file) and BEFORE (a folder with twopass.hip.j2.txt and twopass.py.txt)" >&2
   exit 2
 fi
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
@@ -27,14 +30,16 @@ case "${1:-}" in
   verify)
     timeout 280 python3 -m pytest -m gpu -q -x tests/test_gpu_dwsep_conv_fwd.py -k twopass 2>&1 | tail -3
     timeout 120 python3 -m pytest -m gpu -q -x -s tests/test_gpu_dwsep_random.py -k twopass 2>&1 | tail -4 ;;
-  time)
+  time) bash "$0" layers && bash "$0" shipped ;;
+  layers)
     cp $TEMPLATE /tmp/after.j2; cp $MODULE /tmp/after.py
     trap 'cp /tmp/after.j2 $TEMPLATE; cp /tmp/after.py $MODULE' EXIT  # the change back in place, however this ends
     cp "$BEFORE/twopass.hip.j2.txt" $TEMPLATE; cp "$BEFORE/twopass.py.txt" $MODULE
     timeall > $OUT/before.txt 2>&1
     cp /tmp/after.j2 $TEMPLATE; cp /tmp/after.py $MODULE
     timeall > $OUT/after.txt 2>&1
-    grep -A2 "^===" $OUT/before.txt | grep -v "^--"; grep -A2 "^===" $OUT/after.txt | grep -v "^--"
+    grep -A2 "^===" $OUT/before.txt | grep -v "^--"; grep -A2 "^===" $OUT/after.txt | grep -v "^--" ;;
+  shipped)
     KF db import shipped/sm_90.json --db $OUT/ship.db > /dev/null
     KF db verify --changed --op dwsep_conv_fwd --db $OUT/ship.db > $OUT/verify.txt 2>&1; tail -2 $OUT/verify.txt ;;
 esac

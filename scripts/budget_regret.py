@@ -30,11 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", type=_budgets, default="1,2,4,8,16,32",
                         help="comma-separated candidate counts (default 1,2,4,8,16,32)")
     parser.add_argument("--spills-last", action="store_true", help="rank spilling candidates after the others")
+    parser.add_argument("--worst", type=int, default=0, metavar="N",
+                        help="also list the N problems the smallest budget serves worst: its pick and the winner")
     args = parser.parse_args(argv)
     budgets: list[int] = args.budgets
     regrets: dict[int, list[float]] = {k: [] for k in budgets}
     missing = {k: 0 for k in budgets}
     sizes = []
+    first_picks: list[tuple[float, str, str, str]] = []  # (regret, problem, the smallest budget's pick, winner)
     with tuned_db(args.db) as db:
         for winner in db.winners():
             problem = problem_from_key(winner.problem_key)
@@ -47,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
             times = {name: m.median_us for name, m in measured.items() if m.verified and m.median_us}
             best = min(times.values())  # the best stored time (the winner, unless the DB lost a later row)
             sizes.append(len(ranked))
+            picked = [c.name for c in ranked[:budgets[0]] if c.name in times]
+            if picked:
+                pick = min(picked, key=times.__getitem__)
+                first_picks.append((times[pick] / best, winner.problem_key, pick, min(times, key=times.__getitem__)))
             for k in budgets:
                 found = best_of_first((c.name for c in ranked), times, k)
                 if found is not None:
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(sizes)} problems, {sorted(sizes)[len(sizes) // 2]} candidates each (median), {max(sizes)} at most")
     for k in budgets:
         print(f"budget {k:3d}: {summary(regrets[k])}; no verified candidate among them: {missing[k]}")
+    for regret, key, pick, best_name in sorted(first_picks, reverse=True)[:args.worst]:
+        print(f"{regret:.2f}x {key}\n      budget {budgets[0]} picks {pick}\n      the winner is {best_name}")
     return 0
 
 

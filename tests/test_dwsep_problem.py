@@ -284,6 +284,9 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
     (Layout.NGCHW, DType.BF16, "N=32,C=29,K=21,input=13x31,filter=3x3,pad=1", "fused"),
     (Layout.NGCHW, DType.FP16, "N=256,C=80,K=32,input=15x10x10,filter=1x3x3,pad=0x1x1", "twopass"),
     (Layout.NHWGC, DType.FP32, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", "fused"),  # twopass: 16-bit only
+    # §105: channels-last with C % 8 != 0, twopass (reading a whole-chunk copy) won below WIDE_WORK too.
+    (Layout.NHWGC, DType.BF16, "N=32,C=29,K=27,input=34x34,filter=3x3,pad=1", "twopass"),
+    (Layout.NHWGC, DType.BF16, "N=32,C=32,K=27,input=34x34,filter=3x3,pad=1", "rowtile"),  # whole chunks: as before
 ])
 def test_the_prior_takes_twopass_for_wide_channels_and_nchw_style_layers(layout, dtype, spec, family):
     assert heuristic_pick(SOLVER.parse_problem(spec, layout, dtype), target=H100).family == family
@@ -291,11 +294,17 @@ def test_the_prior_takes_twopass_for_wide_channels_and_nchw_style_layers(layout,
 
 @pytest.mark.parametrize(("layout", "spec", "strip"), [
     (Layout.NGCHW, "N=16,C=520,K=144,input=40x40,filter=7x7,pad=3", 4),  # 7 taps along W: 4 positions a thread
-    (Layout.NHWGC, "N=64,C=160,K=384,input=156,filter=15,pad=7", 8),  # 15 taps: the longest strip
+    # Strip 8 never beat 4 on the H200 (1.40x slower on a 27-tap layer, §105): 15 taps take the longest, 4.
+    (Layout.NHWGC, "N=64,C=160,K=384,input=156,filter=15,pad=7", 4),
     (Layout.NHWGC, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", 2),
     (Layout.NHWGC, "N=8,C=952,K=208,input=94x94,filter=3x3,stride=2,pad=1", 1),  # stride 2: one column shared
     (Layout.NHWGC, "N=8,C=16,K=272,input=23x20,filter=3x3,pad=1", 1),  # 3680 threads at strip 2: too few
     (Layout.NGCHW, "N=4,C=312,K=312,input=12x12,filter=7x7,pad=3", 2),  # 5616 threads at strip 4
+    # NCHW-style under 32 k threads at strip 4: 2 (§105: 1.34x faster at C = 191, 11x11), and never below 2
+    # (1.0-1.19x faster than one position on four small layers, stride 2 among them).
+    (Layout.NGCHW, "N=16,C=191,K=109,input=11x11,filter=7x7,pad=3", 2),
+    (Layout.NGCHW, "N=4,C=72,K=32,input=9x9,filter=3x3,stride=2,pad=1", 2),
+    (Layout.NGCHW, "N=4,C=72,K=104,input=14x14,filter=3x3,pad=1", 2),
 ])
 def test_the_prior_prefers_longer_depthwise_strips_for_wider_filters(layout, spec, strip):
     problem = SOLVER.parse_problem(spec, layout, DType.FP16)

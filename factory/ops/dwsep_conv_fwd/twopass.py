@@ -229,7 +229,11 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         fill = min(math.log2(max(blocks, 1)) / math.log2(target.processors), 1.0)
         off_strip = abs(math.log2(p.strip / preferred_strip(problem)))
         work = problem.C * problem.K * math.prod(problem.filter)
-        preferred = work >= (WIDE_WORK if problem.channels_last else NARROW_WORK)
+        # Channels-last with C % CHUNK != 0 twopass reads a whole-chunk copy of its input (§103) where fused reads
+        # element by element: it won all 5 such layers of seeds 131 and 137, two under WIDE_WORK (1.08x at 169 k,
+        # 1.18x at 7 k; bench/NOTES.md 105).
+        preferred = (work >= (WIDE_WORK if problem.channels_last else NARROW_WORK)
+                     or (problem.channels_last and problem.C % CHUNK != 0))
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
         return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma
@@ -251,21 +255,32 @@ TMA_PREFERENCE = 0.02
 TMA_PRIOR_GAP = 0.5
 TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
+FEW_NCHW_THREADS = 2**15  # the same NCHW-style, where a thread's registers leave fewer of them resident
+MAX_STRIP = 4
 
 
 def preferred_strip(problem: DwsepProblem) -> int:
     """The strip the prior ranks first: half the columns two adjacent outputs share along W (FX - SW + 1),
-    rounded up to a power of two and at most 8, halved while kf_depthwise would have under FEW_THREADS threads.
+    rounded up to a power of two and at most MAX_STRIP, halved while kf_depthwise would have too few threads
+    (channels-last: FEW_THREADS; NCHW-style, not below 2: FEW_NCHW_THREADS), and while half the strip covers the
+    output's width.
 
     Measured on the H200 (random seed 59's 20 layers twopass served; bench/NOTES.md 87): a strip's gain over
     one position grows with the filter's width (7x7: 1.2-2.5x, 3x3: 1.0-1.4x); with stride 2, or C = 16 at
-    small sizes, one position ran fastest. This rule's strip ran 0.89-1.0x as fast as the best strip there
-    (geomean 0.98), and on the suite's two mnv1 layers 0.92-1.0x."""
+    small sizes, one position ran fastest. Seeds 131 and 137 (31 layers, every candidate timed; bench/NOTES.md
+    105): strip 8 never ran faster than 4 (1.00-2.76x its time); NCHW-style, where a thread's sums and a filter
+    row's weights for 8 channels take many more registers, strip 4 lost up to 1.34x to 2 below ~32 k threads
+    (a 7x7 and an 11-tap layer), and strip 2 ran within 1.08x of the best on all 12 layers, also where one
+    position's threads were few."""
     fx, sw = problem.filter[-1], problem.stride[-1]
-    strip = 1
-    while strip < min(8, (fx - sw + 1) / 2):
+    nchw_style = not problem.channels_last
+    strip = 2 if nchw_style else 1
+    while strip < min(MAX_STRIP, (fx - sw + 1) / 2):
         strip *= 2
-    while strip > 1 and (_depthwise_threads(problem, strip) < FEW_THREADS or redundant_strip(strip, problem)):
+    few = FEW_NCHW_THREADS if nchw_style else FEW_THREADS
+    while strip > (2 if nchw_style else 1) and _depthwise_threads(problem, strip) < few:
+        strip //= 2
+    while redundant_strip(strip, problem):
         strip //= 2
     return strip
 

@@ -233,7 +233,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         # element by element: it won all 5 such layers of seeds 131 and 137, two under WIDE_WORK (1.08x at 169 k,
         # 1.18x at 7 k; bench/NOTES.md 105).
         preferred = (work >= (WIDE_WORK if problem.channels_last else NARROW_WORK)
-                     or (problem.channels_last and problem.C % CHUNK != 0))
+                     or (problem.channels_last and Channels.of(problem.C) is Channels.PADDED))
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
         return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma
@@ -367,8 +367,7 @@ def workspace_bytes(problem: DwsepProblem) -> int:
 
 
 def _padded_pointwise_bytes(problem: DwsepProblem) -> int:
-    size = problem.K * padded_channels(problem) * OPERAND_BYTES
-    return (size + WORKSPACE_ALIGN - 1) // WORKSPACE_ALIGN * WORKSPACE_ALIGN
+    return _aligned(problem.K * padded_channels(problem) * OPERAND_BYTES)
 
 
 def _pad_input_launch(problem: DwsepProblem, target: DeviceTarget, args: tuple) -> Launch:
@@ -379,7 +378,11 @@ def _pad_input_launch(problem: DwsepProblem, target: DeviceTarget, args: tuple) 
 
 
 def _depthwise_bytes(problem: DwsepProblem) -> int:
-    size = problem.positions * padded_channels(problem) * OPERAND_BYTES
+    return _aligned(problem.positions * padded_channels(problem) * OPERAND_BYTES)
+
+
+def _aligned(size: int) -> int:
+    """`size` bytes rounded up to WORKSPACE_ALIGN: where the workspace's next part starts."""
     return (size + WORKSPACE_ALIGN - 1) // WORKSPACE_ALIGN * WORKSPACE_ALIGN
 
 

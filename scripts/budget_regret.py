@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", type=_budgets, default="1,2,4,8,16,32",
                         help="comma-separated candidate counts (default 1,2,4,8,16,32)")
     parser.add_argument("--spills-last", action="store_true", help="rank spilling candidates after the others")
-    parser.add_argument("--worst", type=int, default=0, metavar="N",
+    parser.add_argument("--worst", type=_count, default=0, metavar="N",
                         help="also list the N problems the smallest budget serves worst: its pick and the winner")
     args = parser.parse_args(argv)
     budgets: list[int] = args.budgets
@@ -79,6 +79,12 @@ def _budgets(text: str) -> list[int]:
     if not budgets or min(budgets) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers of candidates, each >= 1")
     return budgets
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of problems, >= 0")
+    return int(text)
 
 
 def spills(candidate, device) -> bool:

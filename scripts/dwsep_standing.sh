@@ -4,8 +4,8 @@
 # random.db.gz.
 # Usage (repository root): [SUITE=0] bash scripts/dwsep_standing.sh SEED [COUNT (default 16)]
 set -u
-case "${1:-}" in '' | *[!0-9]*) echo "usage: bash scripts/dwsep_standing.sh SEED [COUNT]" >&2; exit 2 ;; esac
-SEED=$1 COUNT=${2:-16}
+SEED=${1:-} COUNT=${2:-16}
+case "$SEED:$COUNT" in :* | *[!0-9:]* | *:0) echo "usage: bash scripts/dwsep_standing.sh SEED [COUNT], whole numbers, COUNT >= 1" >&2; exit 2 ;; esac
 if [ ! -d "${OUT:-}" ]; then echo "OUT must name a folder" >&2; exit 2; fi
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests

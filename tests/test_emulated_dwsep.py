@@ -123,6 +123,22 @@ CASES = [
          lambda p: p.tma and p.block_m == 64 and p.stages == 3),
     Case("twopass-nhwgc-bf16-2d-tma-ring", "twopass", L.NHWGC, D.BF16, "N=1,C=200,K=24,input=4x5,filter=3x3,pad=1",
          lambda p: p.tma and p.block_m == 64 and p.stages == 3),
+    # twopass NCHW-style with its depthwise pass tiled (`_tl`): a block's input windows in shared memory. C = 21
+    # (three chunks, the last padded) over two bands of rows and two of strips (Ho = 10, Wo = 35 under tiles of 8
+    # rows by 32 strips) at stride 2; 3-D with dilation and stride along depth and W, padding past the window,
+    # 1-D strips of 4 over two bands, the second's last strip cut short.
+    Case("twopass-ngchw-fp16-2d-tiled", "twopass", L.NGCHW, D.FP16,
+         "N=2,C=21,K=19,input=20x70,filter=5x5,stride=2,pad=2,bias_dw=1,act_dw=relu6",
+         lambda p: p.depthwise.value == "tiled" and p.strip == 1),
+    Case("twopass-ngchw-bf16-3d-tiled", "twopass", L.NGCHW, D.BF16,
+         "N=1,C=16,K=20,input=4x5x6,filter=3x3x3,stride=1x1x2,pad=2x1x1,dilation=2x1x1,bias_pw=1,act_dw=relu",
+         lambda p: p.depthwise.value == "tiled" and p.strip == 2),
+    Case("twopass-ngchw-fp16-1d-tiled", "twopass", L.NGCHW, D.FP16, "N=2,C=24,K=16,input=150,filter=7,pad=3,bias_dw=1",
+         lambda p: p.depthwise.value == "tiled" and p.strip == 4 and p.store.value == "staged"),
+    # ... and two chunks a block (529 chunks: 265 blocks, two waves of 132 SMs), the last block's second chunk
+    # absent and its first padded.
+    Case("twopass-ngchw-bf16-2d-tiled-grouped", "twopass", L.NGCHW, D.BF16, "N=1,C=4227,K=8,input=2x2,filter=3x3,pad=1",
+         lambda p: p.depthwise.value == "tiled" and p.strip == 2),
     # rowtile: C under the instruction's depth (24 of 32, 8 of 16: zero channels in A and B), a row's last
     # strip part past its end (Wo = 19 under strips of 4) and a second tile along a row (Wo = 70 under 64),
     # K past a channel tile (72 under 64) and odd K (elements stored one by one), stride 2, dilation 2, 1-3 D.

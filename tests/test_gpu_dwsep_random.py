@@ -1,12 +1,13 @@
-"""On a GPU: dwsep_conv_fwd's `rowtile` points, twopass's staged-store points and its points with bulk tensor
-copies (`_tma`) against PyTorch's two convolutions on 50 seeded random shapes each that they serve.
+"""On a GPU: dwsep_conv_fwd's `rowtile` points, twopass's staged-store points, its points with bulk tensor
+copies (`_tma`) and its NCHW-style tiled depthwise passes (`_tl`) against PyTorch's two convolutions on 50 seeded
+random shapes each that they serve.
 
 Shapes: 1-3 D, filters of 1-9 taps a side, stride 1-2, dilation 1-2, N 1-8, sizes that are multiples of
 nothing, fp16 and bf16, biases and activations mixed; C a multiple of 8 up to 256 (rowtile's channels in one
 block) or any C (twopass), K any count up to 300; rowtile's draws are channels-last with rows of 20-150
 positions. Per shape the point the heuristic ranks first within the kind of point, the one with the smallest
-tile, and the best-ranked of each strip (rowtile: of each strip and blocks an SM; `_tma`: of each strip and
-store) run through Kernel.run on
+tile, and the best-ranked of each strip (rowtile: of each strip and blocks an SM; `_tma`, `_tl`: of each strip
+and store) run through Kernel.run on
 PyTorch tensors (outputs poisoned first) and must agree with PyTorch as `kfactory bench` requires."""
 
 import numpy as np
@@ -74,3 +75,9 @@ def test_twopass_staged_stores_match_pytorch_on_random_shapes(gpu_backend):
 def test_twopass_bulk_copies_match_pytorch_on_random_shapes(gpu_backend):
     """The GEMM's operands by bulk tensor copies from a producer warp: the best-ranked point of each strip and store."""
     run_family("twopass", problem_drawer(False), gpu_backend, kind=lambda p: (p.strip, p.store.value), only=lambda p: p.tma)
+
+
+def test_twopass_tiled_depthwise_matches_pytorch_on_random_shapes(gpu_backend):
+    """NCHW-style depthwise passes through shared-memory windows (`_tl`): the best-ranked point of each strip and store."""
+    run_family("twopass", problem_drawer(False), gpu_backend, kind=lambda p: (p.strip, p.store.value),
+               only=lambda p: p.depthwise.value == "tiled")

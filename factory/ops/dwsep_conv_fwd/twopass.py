@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from ...device import DeviceTarget
 from ...problem import DType, Layout
-from ..base import TMA_BARRIER_BYTES, Buf, Family, Launch, LaunchPlan, TensorMap, params_from_suffix
+from ..base import TMA_BARRIER_BYTES, I32, Buf, Family, Launch, LaunchPlan, TensorMap, params_from_suffix
 from ..conv import cpp_type
 from ..conv import layouts as cl
 from ..conv.family import WgmmaRules
@@ -68,6 +68,17 @@ class Channels(Enum):
         return cls.WHOLE if C % CHUNK == 0 else cls.PADDED
 
 
+class DepthwisePass(Enum):
+    """How NCHW-style kf_depthwise reads its input. DIRECT: a thread loads each of its chunk's channels' columns
+    from global memory, element by element (a 5x5 stride-2 strip of two positions: ~3700 instructions).
+    TILED (`_tl`): a block first copies its chunk's input window, coalesced along W, into shared memory as
+    16-byte chunks of channels by position (and the chunk's weights as floats), then its threads read a
+    column's CHUNK channels in one 16-byte load, as channels-last does."""
+
+    DIRECT = "direct"
+    TILED = "tiled"
+
+
 @dataclass(frozen=True)
 class TwopassParams(StackedWarpgroups):
     vector_a: ClassVar[int] = CHUNK  # the GEMM copies 16-byte chunks of both operands
@@ -86,6 +97,7 @@ class TwopassParams(StackedWarpgroups):
     # `_tma`: kf_main's operands by bulk tensor copies from a producer warp of its own, the warpgroups waiting on
     # per-stage barriers only (templates/common/igemm_kmajor_tma.h); else every thread's cp.async chunks.
     tma: bool = False
+    depthwise: DepthwisePass = DepthwisePass.DIRECT  # NCHW-style only, TILED (`_tl`)
 
     def __post_init__(self) -> None:
         self.check_block()
@@ -106,8 +118,9 @@ class TwopassParams(StackedWarpgroups):
         padded = "_cpadded" if self.channels is Channels.PADDED else ""
         staged = "_st" if self.store is TileStore.STAGED else ""
         tma = "_tma" if self.tma else ""
-        return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}{staged}{tma}_{self.shape}"
-                f"{padded}")
+        tiled = "_tl" if self.depthwise is DepthwisePass.TILED else ""
+        return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}{staged}{tma}{tiled}"
+                f"_{self.shape}{padded}")
 
     @property
     def main_threads(self) -> int:
@@ -125,6 +138,7 @@ class TwopassParams(StackedWarpgroups):
             "depthwise_threads": DEPTHWISE_THREADS, "group_chunks": group_chunks(self.compiled),
             "whole_chunks": "true" if self.channels is Channels.WHOLE else "false",
             "staged_store": self.store is TileStore.STAGED, "tma": self.tma, "wgmma_overlap": self.tma,
+            "tiled": self.depthwise is DepthwisePass.TILED,
             "wgmma_a_k_major": True, "wgmma_b_k_major": True}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
@@ -132,7 +146,7 @@ class TwopassParams(StackedWarpgroups):
 
 
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_w(?P<strip>\d+)"
-                        r"(?P<store>_st)?(?P<tma>_tma)?_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
+                        r"(?P<store>_st)?(?P<tma>_tma)?(?P<depthwise>_tl)?_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
 
 
 class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
@@ -152,10 +166,11 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
     def parse_suffix(self, suffix: str) -> TwopassParams | None:
         return params_from_suffix(self.suffix_re, TwopassParams, suffix,
                                   {"shape": str, "channels": Channels, "store": lambda _: TileStore.STAGED,
-                                   "tma": lambda _: True})
+                                   "tma": lambda _: True, "depthwise": lambda _: DepthwisePass.TILED})
 
     def cell_allows(self, params: TwopassParams, layout: Layout, dtype: DType, ndim: int) -> bool:
-        return len(params.compiled.filter) == ndim
+        tiled_fits = params.depthwise is DepthwisePass.DIRECT or layout is Layout.NGCHW  # channels-last reads 16 bytes
+        return len(params.compiled.filter) == ndim and tiled_fits
 
     def why_not(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         wrong = self.wrong_shape(p.shape, p.compiled, problem)
@@ -171,6 +186,11 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                       problem.positions * padded_channels(problem))
         if largest > INT32_LIMIT:
             return "a tensor or the workspace has 2**31 elements or more; the kernels index with 32-bit integers"
+        if p.depthwise is DepthwisePass.TILED:
+            tile = DepthwiseTile.of(p, problem, target)
+            if tile.shared_bytes(p) > target.shared_optin:
+                return (f"the depthwise pass's input window needs {tile.shared_bytes(p)} bytes of shared "
+                        f"memory, over the {target.shared_optin} of {target.arch}")
         if problem.channels_last and shared_weights_bytes(p.compiled) > target.shared_optin:
             return (f"the depthwise pass's shared weights need {shared_weights_bytes(p.compiled)} bytes, over the "
                     f"{target.shared_optin} of {target.arch}")
@@ -179,6 +199,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
         if not problem.channels_last and problem.N > GRID_Z_LIMIT:
             return f"NCHW-style: N={problem.N} samples is over the grid's {GRID_Z_LIMIT}"
+        if p.depthwise is DepthwisePass.TILED and DepthwiseTile.of(p, problem, target).blocks(p, problem) > GRID_LIMIT:
+            return "too many depthwise blocks for the grid"
         if _tiles(p, problem) > GRID_LIMIT:
             return "too many tiles for the grid"
         return None
@@ -236,7 +258,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                      or (problem.channels_last and Channels.of(problem.C) is Channels.PADDED))
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
-        return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma
+        tiled = -TILED_PRIOR_GAP if p.depthwise is DepthwisePass.TILED else 0.0
+        return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma + tiled
 
 
 TWOPASS_LEVEL = 5.0
@@ -253,6 +276,8 @@ STAGED_PREFERENCE = 0.05
 # 0.98x at C = 272-320 and 0.94x at C = 64, where the producer's extra step is not paid back (bench/NOTES.md 97).
 TMA_PREFERENCE = 0.02
 TMA_PRIOR_GAP = 0.5
+# Tiled depthwise passes (`_tl`) below their direct twins until measured against them on a GPU (bench/NOTES.md 106).
+TILED_PRIOR_GAP = 0.3
 TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
 FEW_NCHW_THREADS = 2**15  # the same NCHW-style, where a thread's registers leave fewer of them resident
@@ -310,12 +335,69 @@ def group_chunks(shape: Shape) -> int:
     return max(1, min(GROUP_CHUNKS, row_limit - 1))
 
 
+TILE_STRIPS = 32  # NCHW-style tiled: a block's strips along W at most (a warp's lanes one row's strips)
+TILE_WINDOW_BYTES = 48 * 1024  # ... its input windows in shared memory at most: rows, then strips, cut to fit
+TILE_WAVES = 2  # ... and chunks a block grouped only while the grid keeps this many blocks an SM
+
+
+@dataclass(frozen=True)
+class DepthwiseTile:
+    """NCHW-style tiled kf_depthwise's block (DepthwisePass.TILED): `chunks` chunks of one sample and depth slice,
+    each `rows` output rows by `strips` strips along W, a thread a (chunk, row, strip); their input windows
+    (the filter's depth planes by rows_in by cols_in positions, a 16-byte chunk of channels each) and weights
+    (floats) in shared memory. Whole rows where they fit TILE_STRIPS, and as many rows, then chunks, as
+    DEPTHWISE_THREADS threads and TILE_WINDOW_BYTES allow."""
+
+    chunks: int
+    rows: int
+    strips: int
+
+    @classmethod
+    def of(cls, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> "DepthwiseTile":
+        _, out_h, out_w = cl.pad_to_3d(problem.output, 1)
+        strips = min(math.ceil(out_w / p.strip), TILE_STRIPS)
+        rows = min(out_h, DEPTHWISE_THREADS // strips)
+        while rows > 1 and cls(1, rows, strips).shared_bytes(p) > TILE_WINDOW_BYTES:
+            rows -= 1
+        while strips > 1 and cls(1, rows, strips).shared_bytes(p) > TILE_WINDOW_BYTES:
+            strips -= 1
+        most = min(padded_channels(problem) // CHUNK, DEPTHWISE_THREADS // (rows * strips),
+                   max(1, TILE_WINDOW_BYTES // cls(1, rows, strips).shared_bytes(p)))
+        chunks = 1  # more a block only while the grid keeps TILE_WAVES blocks an SM
+        while chunks < most and cls(chunks + 1, rows, strips).blocks(p, problem) >= TILE_WAVES * target.processors:
+            chunks += 1
+        return cls(chunks, rows, strips)
+
+    def window(self, p: TwopassParams) -> tuple[int, int, int]:
+        """A chunk's input window: (depth planes, rows, columns) of positions."""
+        fz, fy, fx = cl.pad_to_3d(p.compiled.filter, 1)
+        _, sh, sw = cl.pad_to_3d(p.compiled.stride, 1)
+        _, dh, dw = cl.pad_to_3d(p.compiled.dilation, 1)
+        return fz, (self.rows - 1) * sh + (fy - 1) * dh + 1, (self.strips * p.strip - 1) * sw + (fx - 1) * dw + 1
+
+    def shared_bytes(self, p: TwopassParams) -> int:
+        """The windows (16 bytes a position) after the weights (CHUNK floats a tap), every chunk of the block's."""
+        planes, rows_in, cols_in = self.window(p)
+        weights = math.prod(p.compiled.filter) * CHUNK * SHARED_WEIGHT_BYTES
+        return self.chunks * (weights + planes * rows_in * cols_in * CHUNK * OPERAND_BYTES)
+
+    def blocks(self, p: TwopassParams, problem: DwsepProblem) -> int:
+        out_d, out_h, out_w = cl.pad_to_3d(problem.output, 1)
+        bands = math.ceil(out_h / self.rows) * math.ceil(math.ceil(out_w / p.strip) / self.strips)
+        return problem.N * math.ceil(padded_channels(problem) // CHUNK / self.chunks) * out_d * bands
+
+
 def _depthwise_launch(p: TwopassParams, problem: DwsepProblem, target: DeviceTarget, args: tuple) -> Launch:
     """kf_depthwise's launch. Channels-last, the chunks split evenly into groups of at most group_chunks, a
     block a group's chunks of DEPTHWISE_THREADS // (chunks a group) strips at a time, looping over them, its
     group's weights in shared memory; at most DEPTHWISE_BLOCKS_PER_SM blocks an SM. NCHW-style, a thread a
-    (strip, chunk), DEPTHWISE_THREADS to a block."""
+    (strip, chunk), DEPTHWISE_THREADS to a block; tiled, a block a DepthwiseTile."""
     block = (DEPTHWISE_THREADS, 1, 1)
+    if p.depthwise is DepthwisePass.TILED:
+        tile = DepthwiseTile.of(p, problem, target)
+        sizes = (I32(tile.chunks), I32(tile.rows), I32(tile.strips))
+        return Launch("kf_depthwise", (tile.blocks(p, problem), 1, 1), block, (*args, *sizes),
+                      shared_bytes=tile.shared_bytes(p))
     if not problem.channels_last:
         return Launch("kf_depthwise", (math.ceil(_depthwise_threads(problem, p.strip) / DEPTHWISE_THREADS), 1, 1),
                       block, args)

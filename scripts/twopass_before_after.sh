@@ -5,16 +5,21 @@
 #           copies of the template and module in place (twopass.hip.j2.txt, twopass.py.txt; compiled afresh),
 #           then with the change, PyTorch in the same runs (before.txt, after.txt under $OUT); then the shipped
 #           twopass winners timed again on the change (`db verify --changed`: $OUT/verify.txt, $OUT/ship.db);
-#   layers, shipped: time's two halves, for a device call each where both together would run too long.
+#   layers, shipped: time's two halves, for a device call each where both together would run too long;
+#   current: every twopass point of the layers on the tree as it is ($OUT/after.txt), where a change adds points
+#            and leaves the others' sources as they were (the before is then in the same run).
+# SHOW (default 6): the fastest points listed a layer.
 # Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh MODE
 set -u
-case "${1:-}" in verify | time | layers | shipped) ;; *)
-  echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time|layers|shipped" >&2; exit 2 ;; esac
+case "${1:-}" in verify | time | layers | shipped | current) ;; *)
+  echo "usage: BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh verify|time|layers|shipped|current" >&2
+  exit 2 ;; esac
 if [ "$1" != verify ] && [ ! -d "${OUT:-}" ]; then echo "$1 needs OUT (a folder)" >&2; exit 2; fi
 if { [ "$1" = time ] || [ "$1" = layers ]; } && { [ ! -f "${LAYERS_FILE:-}" ] || [ ! -f "${BEFORE:-}/twopass.hip.j2.txt" ] || [ ! -f "${BEFORE:-}/twopass.py.txt" ]; }; then
   echo "$1 needs LAYERS_FILE (a file) and BEFORE (a folder with twopass.hip.j2.txt and twopass.py.txt)" >&2
   exit 2
 fi
+if [ "$1" = current ] && [ ! -f "${LAYERS_FILE:-}" ]; then echo "current needs LAYERS_FILE (a file)" >&2; exit 2; fi
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests
 unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1
@@ -23,7 +28,7 @@ TEMPLATE=templates/dwsep_conv_fwd/twopass.hip.j2 MODULE=factory/ops/dwsep_conv_f
 timeall() {
   while read -r layout dtype spec; do
     echo "=== $layout $dtype $spec"
-    timeout 90 python3 scripts/time_instances.py dwsep_conv_fwd "$layout" "$dtype" "$spec" --family twopass --show 6 2>&1 | tail -8
+    timeout 90 python3 scripts/time_instances.py dwsep_conv_fwd "$layout" "$dtype" "$spec" --family twopass --show "${SHOW:-6}" 2>&1 | tail -n "$((${SHOW:-6} + 2))"
   done < "$LAYERS_FILE"
 }
 case "${1:-}" in
@@ -39,6 +44,8 @@ case "${1:-}" in
     cp /tmp/after.j2 $TEMPLATE; cp /tmp/after.py $MODULE
     timeall > $OUT/after.txt 2>&1
     grep -A2 "^===" $OUT/before.txt | grep -v "^--"; grep -A2 "^===" $OUT/after.txt | grep -v "^--" ;;
+  current)
+    timeall > $OUT/after.txt 2>&1; grep -A2 "^===" $OUT/after.txt | grep -v "^--" ;;
   shipped)
     KF db import shipped/sm_90.json --db $OUT/ship.db > /dev/null
     KF db verify --changed --op dwsep_conv_fwd --db $OUT/ship.db > $OUT/verify.txt 2>&1; tail -2 $OUT/verify.txt ;;

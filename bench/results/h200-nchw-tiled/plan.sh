@@ -1,0 +1,38 @@
+# Prepared on branch prepared/nchw-tiled-depthwise, not run yet (bench/NOTES.md §106): twopass's NCHW-style
+# depthwise pass with its input windows copied into shared memory first (`_tl` points, added beside the direct
+# ones, whose sources are unchanged). layers.txt: eleven NCHW-style layers of seeds 131, 137 and 139 (the
+# depthwise-bound ones, 1-D, 3-D, a tiny one).
+#   bash bench/results/h200-nchw-tiled/plan.sh verify    (one H200 call, ~6 min: GPU tests, ncu of both passes)
+#   bash bench/results/h200-nchw-tiled/plan.sh current   (one H200 call, ~7 min: every twopass point, direct and
+#                                                          tiled, of each layer; best of each printed)
+set -u
+HERE=bench/results/h200-nchw-tiled
+export LAYERS_FILE=$HERE/layers.txt SHOW=200
+bash scripts/twopass_before_after.sh "$@"
+if [ "${1:-}" = verify ]; then  # C = 415's w2 points, direct then tiled, both launches each
+  export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests KFACTORY_SHIPPED=off
+  for tl in "" _tl; do
+    timeout 100 ncu --clock-control none --kernel-name regex:kf_ --launch-skip 4 --launch-count 2 --section SpeedOfLight \
+      --section Occupancy --section LaunchStats python3 scripts/profile_one.py dwsep_conv_fwd NGCHW fp16 \
+      "$(head -1 $HERE/layers.txt | cut -d' ' -f3)" dwsep_conv_fwd_2d_ngchw_fp16_twopass_b64x128x64_p4_w2${tl}_k5x5s2x2d1x1_cpadded 2>&1 \
+      | grep -E "^  kf_|Duration|Registers Per|Achieved Occ|Dynamic Shared|DRAM Throughput"
+  done
+fi
+if [ "${1:-}" = current ]; then  # per layer: the best direct point against the best tiled one
+  python3 - "$OUT/after.txt" <<'PY'
+import re, sys
+layer, best = None, {}
+for line in open(sys.argv[1]):
+    if line.startswith("=== "):
+        layer = line[4:].strip()
+        best[layer] = {}
+    m = re.match(r"\s+([0-9.]+) us\s+([0-9.]+)x\s.*?(dwsep_conv_fwd\S+)", line)
+    if m and layer:
+        kind = "tiled" if "_tl_" in m.group(3) else "direct"
+        best[layer].setdefault(kind, (float(m.group(1)), float(m.group(2)), m.group(3)))
+for layer, b in best.items():
+    if "tiled" in b and "direct" in b:
+        print(f"{b['direct'][0] / b['tiled'][0]:.2f}x  direct {b['direct'][0]:.1f} us ({b['direct'][1]:.2f}x PyTorch) "
+              f"tiled {b['tiled'][0]:.1f} us ({b['tiled'][1]:.2f}x)  {layer}")
+PY
+fi

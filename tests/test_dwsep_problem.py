@@ -332,7 +332,8 @@ def test_twopass_compiles_in_whether_c_fills_whole_chunks():
     family = SOLVER.families["twopass"]
     padded = [i for i in lookup(odd, target=H100) if i.family == "twopass"]
     whole = [i for i in lookup(even, target=H100) if i.family == "twopass"]
-    assert len(padded) == len(whole) == 72  # 48 with element stores, 12 staged, 12 staged with bulk copies
+    # 48 with element stores, 12 staged, 12 staged with bulk copies; NCHW-style 30 with tiled depthwise passes
+    assert len(padded) == len(whole) == 102
     assert all(i.name.endswith("_k7x7s1x1d1x1_cpadded") for i in padded)
     assert all(i.name.endswith("_k7x7s1x1d1x1") for i in whole)
     assert family.parse_suffix(padded[0].params.suffix()) == padded[0].params
@@ -340,6 +341,35 @@ def test_twopass_compiles_in_whether_c_fills_whole_chunks():
     assert "not a multiple of 8, problem has C=560" in family.why_not(padded[0].params, even, H100)
     assert "a multiple of 8, problem has C=563" in family.why_not(whole[0].params, odd, H100)
     assert heuristic_pick(odd, target=H100).family == "twopass"
+
+
+def test_tiled_depthwise_passes_are_nchw_style_only_and_their_tiles_fit():
+    """`_tl` names parse back; channels-last problems get none; a tile's threads fit a block, its windows
+    TILE_WINDOW_BYTES, its blocks cover every strip, and chunks are grouped only while two waves remain."""
+    from factory.ops.dwsep_conv_fwd.twopass import (DEPTHWISE_THREADS, TILE_WAVES, TILE_WINDOW_BYTES, DepthwisePass,
+                                                     DepthwiseTile)
+    family = SOLVER.families["twopass"]
+    channels_last = SOLVER.parse_problem("N=4,C=64,K=8,input=9x9,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
+    assert not [i for i in lookup(channels_last, target=H100) if i.family == "twopass" and "_tl_" in i.name]
+    for spec in ("N=32,C=415,K=59,input=68x68,filter=5x5,stride=2,pad=2", "N=1,C=4227,K=8,input=2x2,filter=3x3,pad=1",
+                 "N=64,C=64,K=80,input=1568,filter=5,pad=2", "N=2,C=24,K=8,input=40x300,filter=9x9,pad=8,dilation=2",
+                 "N=4,C=131,K=278,input=10x9x16,filter=3x3x3,stride=1x1x2,pad=4x2x0,dilation=2x1x1"):
+        problem = SOLVER.parse_problem(spec, Layout.NGCHW, DType.BF16)
+        tiled = [i for i in lookup(problem, target=H100)
+                 if i.family == "twopass" and i.params.depthwise is DepthwisePass.TILED]
+        assert tiled, spec
+        for instance in tiled:
+            p = instance.params
+            assert "_tl_" in instance.name and family.parse_suffix(p.suffix()) == p
+            tile = DepthwiseTile.of(p, problem, H100)
+            assert tile.chunks * tile.rows * tile.strips <= DEPTHWISE_THREADS
+            assert tile.shared_bytes(p) <= max(TILE_WINDOW_BYTES, DepthwiseTile(1, 1, 1).shared_bytes(p))
+            strips = -(-problem.output[-1] // p.strip)
+            chunk_count = -(-problem.C // 8)
+            assert tile.blocks(p, problem) * tile.chunks * tile.rows * tile.strips >= (
+                problem.N * chunk_count * math.prod(problem.output[:-1]) * strips)
+            if tile.chunks > 1:
+                assert tile.blocks(p, problem) >= TILE_WAVES * H100.processors
 
 
 def test_rowtile_compiles_in_c():

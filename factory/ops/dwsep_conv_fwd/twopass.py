@@ -369,11 +369,14 @@ class DepthwiseTile:
         return cls(chunks, rows, strips)
 
     def window(self, p: TwopassParams) -> tuple[int, int, int]:
-        """A chunk's input window: (depth planes, rows, columns) of positions."""
+        """A chunk's input window as stored: (depth planes, rows, slots a row). A row's columns are stored by phase
+        (column c at (c % phases) * length + c // phases, phases = strip x stride along W), so a row takes a
+        whole number of phases."""
         fz, fy, fx = cl.pad_to_3d(p.compiled.filter, 1)
         _, sh, sw = cl.pad_to_3d(p.compiled.stride, 1)
         _, dh, dw = cl.pad_to_3d(p.compiled.dilation, 1)
-        return fz, (self.rows - 1) * sh + (fy - 1) * dh + 1, (self.strips * p.strip - 1) * sw + (fx - 1) * dw + 1
+        columns, phases = (self.strips * p.strip - 1) * sw + (fx - 1) * dw + 1, p.strip * sw
+        return fz, (self.rows - 1) * sh + (fy - 1) * dh + 1, math.ceil(columns / phases) * phases
 
     def shared_bytes(self, p: TwopassParams) -> int:
         """The windows (16 bytes a position) after the weights (CHUNK floats a tap), every chunk of the block's."""

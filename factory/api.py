@@ -143,9 +143,12 @@ def tune_problem(
     # Best-ranked first, budget or not: the sooner a fast candidate is timed, the sooner the rest are
     # screened out after one probe rep (tuner.PROBE_SLOWER) instead of a warm-up and full rounds.
     candidates = rank_candidates(problem, candidates, target_for(device))
+    # Every applicable candidate's stored time still counts for the winner, also those a budget leaves
+    # unmeasured: a budgeted tune after a full one must not trade the incumbent for the best of its few.
+    eligible = {c.name: hash_of(c) for c in candidates}
     if budget is not None:
         candidates = candidates[:budget.candidates]
-    code = {c.name: hash_of(c) for c in candidates}
+    code = {c.name: eligible[c.name] for c in candidates}
     since = datetime.now(timezone.utc) if fresh else None
     stored = {} if fresh else _stored_measurements(db, problem, device, code)
     if stored and on_resume is not None:
@@ -156,9 +159,9 @@ def tune_problem(
                                   time_budget_s=budget.seconds if budget is not None else None)
     measured = [_stamped(m, code) for m in taken]
     if finish is not None:
-        winner = finish(measured, code, since)
+        winner = finish(measured, eligible, since)
     else:
-        winner = db.decide(problem.key, device, code, since)
+        winner = db.decide(problem.key, device, eligible, since)
     latest = stored | {m.instance: m for m in measured}
     kept = [latest[c.name] for c in candidates if c.name in latest]
     return TuneOutcome(kept, winner, len(stored), applicable - len(kept), times)

@@ -263,6 +263,20 @@ def test_a_budget_measures_the_prior_s_first_candidates_and_a_full_tune_the_rest
             api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=0)
 
 
+def test_a_budget_after_a_full_tune_keeps_the_faster_winner_it_did_not_measure(tmp_path):
+    from factory.api import rank_candidates
+
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    ranked = [c.name for c in rank_candidates(PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]
+    with TuningDB(str(tmp_path / "t.sqlite")) as db:
+        best = api.tune_problem(PROBLEM, gpu, db, SETTINGS).winner
+        before = ranked.index(best.instance)
+        assert before >= 1, "the fake times must put the winner below the prior's first candidate"
+        again = api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=before)
+        assert again.winner.instance == best.instance and again.winner.median_us == best.median_us
+        assert stored(tmp_path / "t.sqlite")[1] == [(best.instance, best.median_us)]
+
+
 @pytest.mark.parametrize("text", ["0", "-3", "five"])
 def test_a_bad_budget_is_a_one_line_error(capsys, text):
     with pytest.raises(SystemExit) as exit_:  # argparse errors exit through SystemExit

@@ -372,6 +372,25 @@ def test_tiled_depthwise_passes_are_nchw_style_only_and_their_tiles_fit():
                 assert tile.blocks(p, problem) >= TILE_WAVES * H100.processors
 
 
+# Measured on the H200 (bench/NOTES.md 106): the best `_tl` point beat the best direct one on 20 of 21 NCHW-style
+# layers with output rows and lost or tied on 4 of 5 1-D ones (a long row's loads already coalesce).
+@pytest.mark.parametrize(("spec", "tiled_first"), [
+    ("N=32,C=224,K=208,input=34x47,filter=7x7,pad=3", True),  # 176.4 -> 121.5 us
+    ("N=4,C=131,K=278,input=10x9x16,filter=3x3x3,stride=1x1x2,pad=4x2x0,dilation=2x1x1", True),  # 25.7 -> 22.3
+    ("N=64,C=64,K=80,input=1568,filter=5,pad=2", False),  # 34.1 against 47.7
+    ("N=32,C=88,K=160,input=3233,filter=9,pad=4", False),  # 94.2 against 104.3
+])
+def test_the_prior_ranks_tiled_depthwise_points_first_where_the_output_has_rows(spec, tiled_first):
+    from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass
+    problem = SOLVER.parse_problem(spec, Layout.NGCHW, DType.BF16)
+    ranked = [c for c in api.rank_candidates(problem, lookup(problem, target=H100), H100) if c.family == "twopass"]
+    first = ranked[0].params
+    assert (first.depthwise is DepthwisePass.TILED) == tiled_first
+    twin = [c for c in ranked if c.params == dataclasses.replace(first, depthwise=(
+        DepthwisePass.DIRECT if tiled_first else DepthwisePass.TILED))]
+    assert twin and ranked.index(twin[0]) > 0
+
+
 def test_rowtile_compiles_in_c():
     """C = 24 is compiled in (`_c24`, a reduction of 32), names parse back; another C, odd C, short rows and
     NCHW-style layers are refused with the reason."""

@@ -258,7 +258,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                      or (problem.channels_last and Channels.of(problem.C) is Channels.PADDED))
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
-        tiled = -TILED_PRIOR_GAP if p.depthwise is DepthwisePass.TILED else 0.0
+        tiled = _tiled_prior(problem) if p.depthwise is DepthwisePass.TILED else 0.0
         return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma + tiled
 
 
@@ -276,12 +276,23 @@ STAGED_PREFERENCE = 0.05
 # 0.98x at C = 272-320 and 0.94x at C = 64, where the producer's extra step is not paid back (bench/NOTES.md 97).
 TMA_PREFERENCE = 0.02
 TMA_PRIOR_GAP = 0.5
-# Tiled depthwise passes (`_tl`) below their direct twins until measured against them on a GPU (bench/NOTES.md 106).
+# Tiled depthwise passes (`_tl`) above their direct twins where the output has rows, below them on 1-D outputs
+# (bench/NOTES.md 106; _tiled_prior).
+TILED_PREFERENCE = 0.3
 TILED_PRIOR_GAP = 0.3
 TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
 FEW_NCHW_THREADS = 2**15  # the same NCHW-style, where a thread's registers leave fewer of them resident
 MAX_STRIP = 4
+
+
+def _tiled_prior(problem: DwsepProblem) -> float:
+    """A tiled point's prior against its direct twin. On the H200 (every twopass point of 26 NCHW-style layers:
+    11 of seeds 131-139, 15 of seed 141 held out; bench/NOTES.md 106) the best tiled point beat the best direct one
+    on 20 of the 21 layers with output rows (1.05-1.63x; 0.92x on an 8x8 one) and lost or tied on 4 of the 5 1-D
+    ones (0.71-1.00x; 1.21x at C = 383, 188 long): along one row the direct pass's reads already coalesce, and
+    a shared-memory window only adds its copy."""
+    return -TILED_PRIOR_GAP if math.prod(problem.output[:-1]) == 1 else TILED_PREFERENCE
 
 
 def preferred_strip(problem: DwsepProblem) -> int:

@@ -1,10 +1,14 @@
-# Prepared on branch prepared/nchw-tiled-depthwise, not run yet (bench/NOTES.md §106): twopass's NCHW-style
+# bench/NOTES.md §106 (run on an H200; results in run/, held141/, retune.txt): twopass's NCHW-style
 # depthwise pass with its input windows copied into shared memory first (`_tl` points, added beside the direct
 # ones, whose sources are unchanged). layers.txt: eleven NCHW-style layers of seeds 131, 137 and 139 (the
 # depthwise-bound ones, 1-D, 3-D, a tiny one).
 #   bash bench/results/h200-nchw-tiled/plan.sh verify    (one H200 call, ~6 min: GPU tests, ncu of both passes)
 #   bash bench/results/h200-nchw-tiled/plan.sh current   (one H200 call, ~7 min: every twopass point, direct and
 #                                                          tiled, of each layer; best of each printed)
+# held141/layers.txt (seed 141's first 15 NCHW-style layers twopass serves, held out):
+#   LAYERS_FILE=bench/results/h200-nchw-tiled/held141/layers.txt SHOW=200 bash scripts/twopass_before_after.sh current
+# retune.txt: python3 scripts/retune_budget.py ship.db --budget 4 --op dwsep_conv_fwd --match ngchw (a DB of
+#   shipped/sm_90.json), then scripts/ship_winners.py.
 set -u
 HERE=bench/results/h200-nchw-tiled
 export LAYERS_FILE=$HERE/layers.txt SHOW=200

@@ -276,8 +276,8 @@ STAGED_PREFERENCE = 0.05
 # 0.98x at C = 272-320 and 0.94x at C = 64, where the producer's extra step is not paid back (bench/NOTES.md 97).
 TMA_PREFERENCE = 0.02
 TMA_PRIOR_GAP = 0.5
-# Tiled depthwise passes (`_tl`) above their direct twins where the output has rows, below them on 1-D outputs
-# (bench/NOTES.md 106; _tiled_prior).
+# Tiled depthwise passes (`_tl`) above their direct twins where the output has rows and the filter a footprint in
+# the plane, below them elsewhere (bench/NOTES.md 106; _tiled_prior).
 TILED_PREFERENCE = 0.3
 TILED_PRIOR_GAP = 0.3
 TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
@@ -287,12 +287,20 @@ MAX_STRIP = 4
 
 
 def _tiled_prior(problem: DwsepProblem) -> float:
-    """A tiled point's prior against its direct twin. On the H200 (every twopass point of 26 NCHW-style layers:
-    11 of seeds 131-139, 15 of seed 141 held out; bench/NOTES.md 106) the best tiled point beat the best direct one
-    on 20 of the 21 layers with output rows (1.05-1.63x; 0.92x on an 8x8 one) and lost or tied on 4 of the 5 1-D
-    ones (0.71-1.00x; 1.21x at C = 383, 188 long): along one row the direct pass's reads already coalesce, and
-    a shared-memory window only adds its copy."""
-    return -TILED_PRIOR_GAP if math.prod(problem.output[:-1]) == 1 else TILED_PREFERENCE
+    """A tiled point's prior against its direct twin: above it where the output has rows and the filter spans
+    more than one position of a plane, below it elsewhere. A window pays where neighbouring outputs share its
+    inputs: along one row the direct pass's reads already coalesce, and with a 1x1 footprint in the plane
+    nothing in a window is shared (strided, it also copies the columns and rows no tap reads).
+
+    On the H200 (bench/NOTES.md 106; every twopass point of 26 NCHW-style layers: 11 of seeds 131-139, 15 of
+    seed 141) the best tiled point beat the best direct one on 20 of the 21 layers with rows and a plane
+    footprint (1.05-1.63x; 0.92x on an 8x8 one) and lost or tied on 4 of the 5 1-D ones (0.71-1.00x; 1.21x at
+    C = 383, 188 long); seed 143 (tuned in full) then showed 3x1x1 filters losing 2 of 3 (0.45x at stride 1x2x2,
+    0.82x; 1.17x on a tiny N = 1 one) where its five layers with a plane footprint won (1.12-1.36x)."""
+    _, fy, fx = cl.pad_to_3d(problem.filter, 1)
+    if math.prod(problem.output[:-1]) == 1 or fy * fx == 1:
+        return -TILED_PRIOR_GAP
+    return TILED_PREFERENCE
 
 
 def preferred_strip(problem: DwsepProblem) -> int:

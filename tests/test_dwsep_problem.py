@@ -276,8 +276,9 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
     (Layout.NHWGC, DType.FP16, "N=64,C=1024,K=1024,input=7x7,filter=3x3,pad=1", "twopass"),
     (Layout.NHWGC, DType.BF16, "N=16,C=352,K=352,input=22x41,filter=7x7,pad=3", "twopass"),
     (Layout.NHWGC, DType.FP16, "N=8,C=952,K=208,input=94x94,filter=3x3,stride=2,pad=1", "twopass"),
-    # Since rowtile (§94): 80.4 us against fused's 81.9 (twopass's staged stores 77.6).
-    (Layout.NHWGC, DType.FP16, "N=64,C=144,K=192,input=32x32,filter=3x3,pad=2,dilation=2", "rowtile"),
+    # Since rowtile (§94): 80.4 us against fused's 81.9 (twopass's staged stores 77.6); two channel tiles over
+    # 1200 recomputed C x taps leave rowtile below the others since §107.
+    (Layout.NHWGC, DType.FP16, "N=64,C=144,K=192,input=32x32,filter=3x3,pad=2,dilation=2", "fused"),
     (Layout.NHWGC, DType.BF16, "N=8,C=16,K=272,input=23x20,filter=3x3,pad=1", "fused"),
     (Layout.NGCHW, DType.BF16, "N=4,C=312,K=312,input=12x12,filter=7x7,pad=3", "twopass"),
     # §89: NCHW-style, fused 1.59x twopass at C = 29, K = 21; twopass won at C = 80, K = 32, 1x3x3.
@@ -373,12 +374,14 @@ def test_tiled_depthwise_passes_are_nchw_style_only_and_their_tiles_fit():
 
 
 # Measured on the H200 (bench/NOTES.md 106): the best `_tl` point beat the best direct one on 20 of 21 NCHW-style
-# layers with output rows and lost or tied on 4 of 5 1-D ones (a long row's loads already coalesce).
+# layers with output rows and lost or tied on 4 of 5 1-D ones (a long row's loads already coalesce); 3x1x1 filters
+# (nothing shared in a plane) lost 2 of 3.
 @pytest.mark.parametrize(("spec", "tiled_first"), [
     ("N=32,C=224,K=208,input=34x47,filter=7x7,pad=3", True),  # 176.4 -> 121.5 us
     ("N=4,C=131,K=278,input=10x9x16,filter=3x3x3,stride=1x1x2,pad=4x2x0,dilation=2x1x1", True),  # 25.7 -> 22.3
     ("N=64,C=64,K=80,input=1568,filter=5,pad=2", False),  # 34.1 against 47.7
     ("N=32,C=88,K=160,input=3233,filter=9,pad=4", False),  # 94.2 against 104.3
+    ("N=128,C=232,K=176,input=10x17x17,filter=3x1x1,stride=1x2x2,pad=1x0x0", False),  # 152.8 against 339.7
 ])
 def test_the_prior_ranks_tiled_depthwise_points_first_where_the_output_has_rows(spec, tiled_first):
     from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass
@@ -425,6 +428,9 @@ def test_rowtile_compiles_in_c():
     (DType.FP16, "N=128,C=24,K=40,input=6x17x17,filter=1x3x3,pad=0x1x1", "fused", None),  # 0.40x: C = 24, Wo = 17
     (DType.FP16, "N=16,C=24,K=104,input=66x66,filter=5x5,pad=2", "rowtile", "b128x128_w2x4_r2"),  # 1.20x: Wo = 66
     (DType.BF16, "N=16,C=168,K=224,input=18x18,filter=3x3,pad=1", None, None),  # 0.81x: rows of 18, 2 tiles
+    # NOTES 107: two channel tiles recomputing 14112 C x taps a position (0.41x), unless the positions are few.
+    (DType.BF16, "N=64,C=288,K=224,input=33x33,filter=7x7,pad=3", "twopass", None),
+    (DType.BF16, "N=1,C=184,K=184,input=48x48,filter=7x7,pad=3", "rowtile", None),  # 1.18x at 2304 positions
 ])
 def test_the_prior_takes_rowtile_where_it_won_on_the_h200(dtype, spec, family, point):
     problem = SOLVER.parse_problem(spec, Layout.NHWGC, dtype)

@@ -2,7 +2,7 @@
 decided before the prior's first K candidates were all measured: points a catalog gained since, now ranked
 first, are timed and take over where faster, without a full tune of every problem.
 
-    python scripts/retune_budget.py DB [--budget 4] [--op dwsep_conv_fwd] [--match ngchw]
+    python scripts/retune_budget.py DB [--budget 4] [--op dwsep_conv_fwd] [--match ngchw] [--reps 25]
 
 One process for every problem (no start-up a problem). Prints a line a problem tuned (old winner and time ->
 new ones) and a summary. The stored measurements of this device count as they do for `kfactory tune`.
@@ -20,6 +20,7 @@ from factory.api import rank_candidates, tune_problem  # noqa: E402
 from factory.backends import BackendError, get_backend  # noqa: E402
 from factory.device import target_for  # noqa: E402
 from factory.selector import lookup, problem_from_key  # noqa: E402
+from factory.tuner import TuneSettings  # noqa: E402
 from regret_common import fail, geomean, tuned_db  # noqa: E402
 
 
@@ -29,9 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=4, help="the prior's first K candidates (default 4)")
     parser.add_argument("--op", help="only this op's problems")
     parser.add_argument("--match", default="", help="only problem keys containing this text")
+    parser.add_argument("--reps", type=int, default=TuneSettings.reps, help="timed repetitions a candidate at most")
     args = parser.parse_args(argv)
     if args.budget < 1:
         parser.error("--budget must be at least 1")
+    if args.reps < 2:
+        parser.error("--reps must be at least 2")
+    settings = TuneSettings(reps=args.reps)
     with tuned_db(args.db) as db:
         try:
             backend = get_backend()
@@ -40,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         device = backend.device_info()
         target = target_for(device)
         gains: list[float] = []
-        changed = 0
+        tuned = changed = 0
         stale = [w for w in db.winners(args.op) if w.device == device and args.match in w.problem_key]
         for number, old in enumerate(stale, 1):
             problem = problem_from_key(old.problem_key)
@@ -48,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             first = rank_candidates(problem, lookup(problem, target=target), target)[:args.budget]
             if all(c.name in measured for c in first):
                 continue
-            outcome = tune_problem(problem, backend, db, budget=args.budget)
+            outcome = tune_problem(problem, backend, db, settings, budget=args.budget)
+            tuned += 1
             new = outcome.winner
             if new is None:
                 print(f"[{number}/{len(stale)}] {old.problem_key}: no winner after the tune", flush=True)
@@ -57,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
             changed += new.instance != old.instance
             print(f"[{number}/{len(stale)}] {old.median_us:8.1f} -> {new.median_us:8.1f} us  {old.instance} -> "
                   f"{new.instance}  {old.problem_key}", flush=True)
-    print(f"{len(gains)} problems tuned again, {changed} with a new winner; old / new time geomean "
-          f"{geomean(gains):.3f}, best {max(gains, default=float('nan')):.2f}")
+    if not tuned:
+        print(f"0 problems tuned again: every problem's first {args.budget} candidates were measured already")
+        return 0
+    ratios = f"; old / new time geomean {geomean(gains):.3f}, best {max(gains):.2f}" if gains else ""
+    print(f"{tuned} problems tuned again, {changed} with a new winner{ratios}")
     return 0
 
 

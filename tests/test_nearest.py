@@ -255,6 +255,7 @@ def test_the_regret_scripts_refuse_a_missing_db_or_a_file_that_is_no_db_in_one_l
     not_a_db = tmp_path / "notes.txt"
     not_a_db.write_text("not a database")
     for script, args in (("budget_regret.py", [str(tmp_path / "missing.db")]),
+                         ("retune_budget.py", [str(tmp_path / "missing.db")]),
                          ("nearest_regret.py", [str(not_a_db)]),
                          ("prior_fit.py", ["--train", str(not_a_db)]),
                          ("measured_ranking.py", ["--train", str(not_a_db), "--test", str(not_a_db)])):

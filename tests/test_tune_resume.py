@@ -277,6 +277,36 @@ def test_a_budget_after_a_full_tune_keeps_the_faster_winner_it_did_not_measure(t
         assert stored(tmp_path / "t.sqlite")[1] == [(best.instance, best.median_us)]
 
 
+def test_retune_budget_measures_the_first_candidates_a_stored_winner_was_decided_without(tmp_path, monkeypatch, capsys):
+    import runpy
+    from factory.api import rank_candidates
+
+    script = Path(__file__).parent.parent / "scripts" / "retune_budget.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: gpu)
+    ranked = [c.name for c in rank_candidates(PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]
+    path = tmp_path / "t.sqlite"
+    with TuningDB(str(path)) as db:
+        api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=2)
+
+    def retune() -> str:
+        gpu.timed.clear()
+        monkeypatch.setattr(sys, "argv", ["retune_budget.py", str(path), "--budget", "6", "--reps", "4"])
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(str(script), run_name="__main__")
+        assert ended.value.code == 0
+        return capsys.readouterr().out
+
+    out = retune()
+    assert sorted(gpu.timed) == sorted(set(ranked[2:6]) - WRONG)
+    assert "1 problems tuned again" in out and PROBLEM.key in out
+    best = min(set(ranked[:6]) - WRONG, key=fake_us)
+    assert stored(path)[1][0][0] == best
+    out = retune()  # the first six all measured now: nothing to do
+    assert gpu.timed == [] and "0 problems tuned again" in out
+
+
 @pytest.mark.parametrize("text", ["0", "-3", "five"])
 def test_a_bad_budget_is_a_one_line_error(capsys, text):
     with pytest.raises(SystemExit) as exit_:  # argparse errors exit through SystemExit

@@ -277,7 +277,7 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
     (Layout.NHWGC, DType.BF16, "N=16,C=352,K=352,input=22x41,filter=7x7,pad=3", "twopass"),
     (Layout.NHWGC, DType.FP16, "N=8,C=952,K=208,input=94x94,filter=3x3,stride=2,pad=1", "twopass"),
     # Since rowtile (§94): 80.4 us against fused's 81.9 (twopass's staged stores 77.6); two channel tiles over
-    # 1200 recomputed C x taps leave rowtile below the others since §107.
+    # 1250 recomputed C x taps leave rowtile below the others since §107.
     (Layout.NHWGC, DType.FP16, "N=64,C=144,K=192,input=32x32,filter=3x3,pad=2,dilation=2", "fused"),
     (Layout.NHWGC, DType.BF16, "N=8,C=16,K=272,input=23x20,filter=3x3,pad=1", "fused"),
     (Layout.NGCHW, DType.BF16, "N=4,C=312,K=312,input=12x12,filter=7x7,pad=3", "twopass"),

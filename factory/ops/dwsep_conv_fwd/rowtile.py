@@ -190,13 +190,15 @@ ROWTILE_LEVEL = 10.0
 # outweighs the taps (SHORT_ROW_TAPS_PER_K), and under C = NARROW_C on rows shorter than 64 a tile's work is too
 # small for its fixed cost (C = 16-24 on rows of 17-29: 1.1-2.5x behind fused; on rows of 66-88 rowtile won).
 RECOMPUTE_LIMIT = 1000
-# Where the output has rows, already from two channel tiles where C x taps reaches RECOMPUTE_ROWS_WORK: over the
-# H200's ten fully tuned dwsep DBs (bench/NOTES.md 107) rowtile's best ran 0.41-0.97x the best other family on 14
-# of 16 such layers (C = 288, K = 224 at 33x33 7x7: 445 against twopass's 182 µs; C = 48 at 25 taps 0.93x); it won
-# at C x taps 360 and 1008 (1.04x, 1.33x). The two it won above had under FEW_POSITIONS output positions (1456
-# and 2304: 1.15-1.19x), where one launch beats twopass's two whatever it recomputes; the fewest of the losers had
-# 3456. Long 1-D rows keep it (1.12-1.31x at two to three tiles).
-RECOMPUTE_ROWS_WORK = 1200
+# Where the output has rows, already from two channel tiles where C x taps passes RECOMPUTE_ROWS_WORK: over the
+# H200's ten fully tuned dwsep DBs (bench/NOTES.md 107) rowtile's best ran 0.41-0.97x the best other family on 16
+# of 18 such layers from C x taps 1296 (C = 288, K = 224 at 33x33 7x7: 445 against twopass's 182 µs). The two it
+# won had under FEW_POSITIONS output positions (1456 and 2304: 1.15-1.19x), where one launch beats twopass's two
+# whatever it recomputes; the fewest among the losers had 3456. Below, rowtile lost on 8 of 12 too, but the family
+# ranked next there (fused, under WIDE_WORK) did worse still for the prior's first pick (C = 48 at 25 taps, C x taps
+# 1200: rowtile 1.09x the best, fused 1.38x): the threshold sits between 1200 and 1296, fitted on those DBs.
+# Long 1-D rows keep rowtile (1.12-1.31x at two or three tiles).
+RECOMPUTE_ROWS_WORK = 1250
 FEW_POSITIONS = 3072
 SHORT_ROW_USE = 0.5
 SHORT_ROW_TAPS_PER_K = 0.1
@@ -230,7 +232,7 @@ def preferred(problem: DwsepProblem) -> bool:
         return False
     has_rows = math.prod(problem.output[:-1]) > 1
     recomputed = problem.C * math.prod(problem.filter)  # a position's depthwise work, done again in every channel tile
-    if (has_rows and _channel_tiles(problem) > 1 and recomputed >= RECOMPUTE_ROWS_WORK
+    if (has_rows and _channel_tiles(problem) > 1 and recomputed > RECOMPUTE_ROWS_WORK
             and problem.positions >= FEW_POSITIONS):
         return False
     used = positions / (math.ceil(positions / 64) * 64) if positions < 128 else 1.0

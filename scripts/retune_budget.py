@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from factory.api import rank_candidates, tune_problem  # noqa: E402
 from factory.backends import BackendError, get_backend  # noqa: E402
+from factory.cli import _enum_arg, _implemented_op, _reps  # noqa: E402
 from factory.device import target_for  # noqa: E402
 from factory.selector import lookup, problem_from_key  # noqa: E402
 from factory.tuner import TuneSettings  # noqa: E402
@@ -28,14 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
     parser.add_argument("--budget", type=int, default=4, help="the prior's first K candidates (default 4)")
-    parser.add_argument("--op", help="only this op's problems")
+    parser.add_argument("--op", type=_enum_arg(_implemented_op), help="only this op's problems")
     parser.add_argument("--match", default="", help="only problem keys containing this text")
-    parser.add_argument("--reps", type=int, default=TuneSettings.reps, help="timed repetitions a candidate at most")
+    parser.add_argument("--reps", type=_reps, default=TuneSettings.reps, help="timed repetitions a candidate at most")
     args = parser.parse_args(argv)
     if args.budget < 1:
         parser.error("--budget must be at least 1")
-    if args.reps < 2:
-        parser.error("--reps must be at least 2")
     settings = TuneSettings(reps=args.reps)
     with tuned_db(args.db) as db:
         try:
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         target = target_for(device)
         gains: list[float] = []
         tuned = changed = 0
-        stale = [w for w in db.winners(args.op) if w.device == device and args.match in w.problem_key]
+        stale = [w for w in db.winners(args.op.value if args.op else None) if w.device == device and args.match in w.problem_key]
         for number, old in enumerate(stale, 1):
             problem = problem_from_key(old.problem_key)
             measured = {m.instance for m, _, _ in db.measurements(old.problem_key, device)}

@@ -307,6 +307,21 @@ def test_retune_budget_measures_the_first_candidates_a_stored_winner_was_decided
     assert gpu.timed == [] and "0 problems tuned again" in out
 
 
+@pytest.mark.parametrize("args", [["--op", "conv_fwd"], ["--reps", "1"], ["--budget", "0"]])
+def test_retune_budget_refuses_bad_arguments_in_one_line(args, tmp_path, monkeypatch, capsys):
+    import runpy
+
+    script = Path(__file__).parent.parent / "scripts" / "retune_budget.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    TuningDB(str(tmp_path / "t.sqlite")).close()
+    monkeypatch.setattr(sys, "argv", ["retune_budget.py", str(tmp_path / "t.sqlite"), *args])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(script), run_name="__main__")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ended.value.code == 2 and args[0] in err[-1]
+    assert "conv_bwd_weight" in err[-1] or args[0] != "--op"  # the supported ops named
+
+
 @pytest.mark.parametrize("text", ["0", "-3", "five"])
 def test_a_bad_budget_is_a_one_line_error(capsys, text):
     with pytest.raises(SystemExit) as exit_:  # argparse errors exit through SystemExit

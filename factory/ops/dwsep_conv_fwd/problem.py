@@ -119,6 +119,11 @@ class DwsepProblem:
         return math.prod(self.filter)
 
     @property
+    def has_rows(self) -> bool:
+        """Whether the output has more than one row (not 1-D, nor an output one row high)."""
+        return math.prod(self.output[:-1]) > 1
+
+    @property
     def positions(self) -> int:
         """Output positions, N times the output's spatial volume: the pointwise GEMM's M."""
         return self.N * math.prod(self.output)

@@ -230,9 +230,8 @@ def preferred(problem: DwsepProblem) -> bool:
     positions = problem.output[-1]
     if problem.C * _channel_tiles(problem) >= RECOMPUTE_LIMIT or (problem.C < NARROW_C and positions < 64):
         return False
-    has_rows = math.prod(problem.output[:-1]) > 1
     recomputed = problem.C * math.prod(problem.filter)  # a position's depthwise work, done again in every channel tile
-    if (has_rows and _channel_tiles(problem) > 1 and recomputed > RECOMPUTE_ROWS_WORK
+    if (problem.has_rows and _channel_tiles(problem) > 1 and recomputed > RECOMPUTE_ROWS_WORK
             and problem.positions >= FEW_POSITIONS):
         return False
     used = positions / (math.ceil(positions / 64) * 64) if positions < 128 else 1.0

@@ -186,11 +186,10 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                       problem.positions * padded_channels(problem))
         if largest > INT32_LIMIT:
             return "a tensor or the workspace has 2**31 elements or more; the kernels index with 32-bit integers"
-        if p.depthwise is DepthwisePass.TILED:
-            tile = DepthwiseTile.of(p, problem, target)
-            if tile.shared_bytes(p) > target.shared_optin:
-                return (f"the depthwise pass's input window needs {tile.shared_bytes(p)} bytes of shared "
-                        f"memory, over the {target.shared_optin} of {target.arch}")
+        tile = DepthwiseTile.of(p, problem, target) if p.depthwise is DepthwisePass.TILED else None
+        if tile is not None and tile.shared_bytes(p) > target.shared_optin:
+            return (f"the depthwise pass's input window needs {tile.shared_bytes(p)} bytes of shared "
+                    f"memory, over the {target.shared_optin} of {target.arch}")
         if problem.channels_last and shared_weights_bytes(p.compiled) > target.shared_optin:
             return (f"the depthwise pass's shared weights need {shared_weights_bytes(p.compiled)} bytes, over the "
                     f"{target.shared_optin} of {target.arch}")
@@ -199,7 +198,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
             return f"the pipeline needs {shared} bytes of shared memory, over the {target.shared_optin} of {target.arch}"
         if not problem.channels_last and problem.N > GRID_Z_LIMIT:
             return f"NCHW-style: N={problem.N} samples is over the grid's {GRID_Z_LIMIT}"
-        if p.depthwise is DepthwisePass.TILED and DepthwiseTile.of(p, problem, target).blocks(p, problem) > GRID_LIMIT:
+        if tile is not None and tile.blocks(p, problem) > GRID_LIMIT:
             return "too many depthwise blocks for the grid"
         if _tiles(p, problem) > GRID_LIMIT:
             return "too many tiles for the grid"
@@ -298,7 +297,7 @@ def _tiled_prior(problem: DwsepProblem) -> float:
     C = 383, 188 long); seed 143 (tuned in full) then showed 3x1x1 filters losing 2 of 3 (0.45x at stride 1x2x2,
     0.82x; 1.17x on a tiny N = 1 one) where its five layers with a plane footprint won (1.12-1.36x)."""
     _, fy, fx = cl.pad_to_3d(problem.filter, 1)
-    if math.prod(problem.output[:-1]) == 1 or fy * fx == 1:
+    if not problem.has_rows or fy * fx == 1:
         return -TILED_PRIOR_GAP
     return TILED_PREFERENCE
 

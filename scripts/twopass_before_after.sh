@@ -8,7 +8,8 @@
 #   layers, shipped: time's two halves, for a device call each where both together would run too long;
 #   current: every twopass point of the layers on the tree as it is ($OUT/after.txt), where a change adds points
 #            and leaves the others' sources as they were (the before is then in the same run).
-# SHOW (default 6): the fastest points listed a layer.
+# SHOW (default 6): the fastest points listed a layer. SPLIT (current): a name fragment (`_tl_`, say); each layer's
+# best point whose name holds it is then printed against its best other point.
 # Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh MODE
 set -u
 case "${1:-}" in verify | time | layers | shipped | current) ;; *)
@@ -45,7 +46,8 @@ case "${1:-}" in
     timeall > $OUT/after.txt 2>&1
     grep -A2 "^===" $OUT/before.txt | grep -v "^--"; grep -A2 "^===" $OUT/after.txt | grep -v "^--" ;;
   current)
-    timeall > $OUT/after.txt 2>&1; grep -A2 "^===" $OUT/after.txt | grep -v "^--" ;;
+    timeall > $OUT/after.txt 2>&1; grep -A2 "^===" $OUT/after.txt | grep -v "^--"
+    if [ -n "${SPLIT:-}" ]; then python3 scripts/best_split.py "$OUT/after.txt" "$SPLIT"; fi ;;
   shipped)
     KF db import shipped/sm_90.json --db $OUT/ship.db > /dev/null
     KF db verify --changed --op dwsep_conv_fwd --db $OUT/ship.db > $OUT/verify.txt 2>&1; tail -2 $OUT/verify.txt ;;

@@ -11,7 +11,7 @@
 #   shipped/sm_90.json), then scripts/ship_winners.py.
 set -u
 HERE=bench/results/h200-nchw-tiled
-export LAYERS_FILE=$HERE/layers.txt SHOW=200
+export LAYERS_FILE=$HERE/layers.txt SHOW=200 SPLIT=_tl_
 bash scripts/twopass_before_after.sh "$@"
 if [ "${1:-}" = verify ]; then  # C = 415's w2 points, direct then tiled, both launches each
   export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests KFACTORY_SHIPPED=off
@@ -21,22 +21,4 @@ if [ "${1:-}" = verify ]; then  # C = 415's w2 points, direct then tiled, both l
       "$(head -1 $HERE/layers.txt | cut -d' ' -f3)" dwsep_conv_fwd_2d_ngchw_fp16_twopass_b64x128x64_p4_w2${tl}_k5x5s2x2d1x1_cpadded 2>&1 \
       | grep -E "^  kf_|Duration|Registers Per|Achieved Occ|Dynamic Shared|DRAM Throughput"
   done
-fi
-if [ "${1:-}" = current ]; then  # per layer: the best direct point against the best tiled one
-  python3 - "$OUT/after.txt" <<'PY'
-import re, sys
-layer, best = None, {}
-for line in open(sys.argv[1]):
-    if line.startswith("=== "):
-        layer = line[4:].strip()
-        best[layer] = {}
-    m = re.match(r"\s+([0-9.]+) us\s+([0-9.]+)x\s.*?(dwsep_conv_fwd\S+)", line)
-    if m and layer:
-        kind = "tiled" if "_tl_" in m.group(3) else "direct"
-        best[layer].setdefault(kind, (float(m.group(1)), float(m.group(2)), m.group(3)))
-for layer, b in best.items():
-    if "tiled" in b and "direct" in b:
-        print(f"{b['direct'][0] / b['tiled'][0]:.2f}x  direct {b['direct'][0]:.1f} us ({b['direct'][1]:.2f}x PyTorch) "
-              f"tiled {b['tiled'][0]:.1f} us ({b['tiled'][1]:.2f}x)  {layer}")
-PY
 fi

@@ -1,8 +1,9 @@
 """Time instances of one problem against PyTorch's own op, without verification (a quick look at speed).
 
-    python scripts/time_instances.py OP LAYOUT DTYPE SPEC [--family F] [--top K] [--show N] [--per-family]
+    python scripts/time_instances.py OP LAYOUT DTYPE SPEC [--family F] [--top K [--also REGEX]] [--show N] [--per-family]
 
-Every applicable instance (or the heuristic's first K of family F) is compiled in worker processes,
+Every applicable instance (or the heuristic's first K of family F, and with --also every one whose name
+REGEX finds, wherever the heuristic ranks it) is compiled in worker processes,
 then each runs 5 warm-up calls and 20 timed ones (device events, L2 flushed before each, median),
 beside PyTorch's baseline timed the same way. Correctness is the tuner's and the GPU tests' job.
 """
@@ -10,6 +11,7 @@ beside PyTorch's baseline timed the same way. Correctness is the tuner's and the
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 
@@ -44,6 +46,20 @@ def timed(fn, flush: torch.Tensor, reps: int = 20) -> float:
     return statistics.median(times)
 
 
+def pattern(text: str) -> "re.Pattern[str]":
+    """--also's regular expression, or argparse's one-line error."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({exc})") from exc
+
+
+def first_and_also(candidates: list, score, top: int, also: "re.Pattern[str] | None") -> list:
+    """The `top` best-scored candidates, best first, then every other whose name `also` finds, in score order."""
+    ranked = sorted(candidates, key=lambda c: -score(c))
+    return ranked[:top] + [c for c in ranked[top:] if also is not None and also.search(c.name)]
+
+
 def fail(message: str) -> None:
     print(f"time_instances: {message}", file=sys.stderr)
     sys.exit(2)
@@ -55,9 +71,12 @@ def main() -> None:
         parser.add_argument(name)
     parser.add_argument("--family")
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--also", type=pattern, help="with --top: also every candidate whose name this finds")
     parser.add_argument("--show", type=int, default=12, help="print the fastest SHOW (default 12)")
     parser.add_argument("--per-family", action="store_true", help="then the fastest of each family")
     args = parser.parse_args()
+    if args.also and not args.top:
+        fail("--also adds to the heuristic's first --top K; give --top")
     try:
         solver = solver_for(Op.parse(args.op))
         problem = solver.parse_problem(args.spec, Layout.parse(args.layout), DType.parse(args.dtype))
@@ -67,7 +86,8 @@ def main() -> None:
     target = target_for(select(problem, mode=SelectMode.HEURISTIC).backend.device_info())  # this GPU's
     candidates = [c for c in lookup(problem, target=target) if args.family in (None, c.family)]
     if args.top:
-        candidates = sorted(candidates, key=lambda c: -solver.heuristic_score(c.family, c.params, problem, target))[:args.top]
+        candidates = first_and_also(candidates, lambda c: solver.heuristic_score(c.family, c.params, problem, target),
+                                    args.top, args.also)
     if not candidates:
         fail(f"no {args.family or 'instance'} applies to {problem.key}")
     kernel0 = select(problem, mode=SelectMode.FORCE, instance=candidates[0].name)

@@ -9,7 +9,9 @@
 #   current: every twopass point of the layers on the tree as it is ($OUT/after.txt), where a change adds points
 #            and leaves the others' sources as they were (the before is then in the same run).
 # SHOW (default 6): the fastest points listed a layer. SPLIT (current): a name fragment (`_tl_`, say); each layer's
-# best point whose name holds it is then printed against its best other point.
+# best point whose name holds it is then printed against its best other point. TOP: time only the heuristic's
+# first TOP points of each layer, and every point whose name holds SPLIT (a quicker look, ~5x fewer points;
+# the best other point may then be missed).
 # Usage (repository root, .whl/ carried): BEFORE=dir LAYERS_FILE=file bash scripts/twopass_before_after.sh MODE
 set -u
 case "${1:-}" in verify | time | layers | shipped | current) ;; *)
@@ -29,7 +31,8 @@ TEMPLATE=templates/dwsep_conv_fwd/twopass.hip.j2 MODULE=factory/ops/dwsep_conv_f
 timeall() {
   while read -r layout dtype spec; do
     echo "=== $layout $dtype $spec"
-    timeout 90 python3 scripts/time_instances.py dwsep_conv_fwd "$layout" "$dtype" "$spec" --family twopass --show "${SHOW:-6}" 2>&1 | tail -n "$((${SHOW:-6} + 2))"
+    timeout 90 python3 scripts/time_instances.py dwsep_conv_fwd "$layout" "$dtype" "$spec" --family twopass --show "${SHOW:-6}" \
+      ${TOP:+--top "$TOP"} ${TOP:+${SPLIT:+--also "$SPLIT"}} 2>&1 | tail -n "$((${SHOW:-6} + 2))"
   done < "$LAYERS_FILE"
 }
 case "${1:-}" in

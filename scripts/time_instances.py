@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--show", type=int, default=12, help="print the fastest SHOW (default 12)")
     parser.add_argument("--per-family", action="store_true", help="then the fastest of each family")
     args = parser.parse_args()
+    if args.top < 0 or args.show < 1:
+        fail(f"--top takes 0 (every candidate) or more, --show 1 or more; got --top {args.top}, --show {args.show}")
     if args.also and not args.top:
         fail("--also adds to the heuristic's first --top K; give --top")
     try:

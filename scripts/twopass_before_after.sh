@@ -23,6 +23,7 @@ if { [ "$1" = time ] || [ "$1" = layers ]; } && { [ ! -f "${LAYERS_FILE:-}" ] ||
   exit 2
 fi
 if [ "$1" = current ] && [ ! -f "${LAYERS_FILE:-}" ]; then echo "current needs LAYERS_FILE (a file)" >&2; exit 2; fi
+case "${TOP:-1}:${SHOW:-6}" in *[!0-9:]* | 0:* | *:0) echo "TOP and SHOW take whole numbers of 1 or more" >&2; exit 2 ;; esac
 python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl 2> /dev/null
 export PYTHONPATH=$PWD/.site:$PWD:$PWD/scripts:$PWD/tests
 unset PYTHONDONTWRITEBYTECODE; export KFACTORY_SHIPPED=off PYTHONUNBUFFERED=1

@@ -36,9 +36,11 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
 
 
-def test_also_without_top_and_a_bad_pattern_are_one_line_errors():
+def test_also_without_top_a_bad_pattern_and_a_negative_top_are_one_line_errors():
     spec = ("dwsep_conv_fwd", "NHWGC", "fp16", "N=1,C=8,K=8,input=9x9,filter=3x3,pad=1")
     alone = run(*spec, "--also", "_mx_")
     assert alone.returncode == 2 and "give --top" in alone.stderr and "Traceback" not in alone.stderr
     bad = run(*spec, "--top", "3", "--also", "(")
     assert bad.returncode == 2 and "not a regular expression" in bad.stderr and "Traceback" not in bad.stderr
+    negative = run(*spec, "--top", "-2")
+    assert negative.returncode == 2 and "--top takes 0" in negative.stderr and "Traceback" not in negative.stderr

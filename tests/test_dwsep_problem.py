@@ -164,7 +164,7 @@ def test_suite_refuses_a_layout_without_kernels(tmp_path):
 from factory.device import target_for_device  # noqa: E402
 from factory.ops.dwsep_conv_fwd.fused import Fused, FusedMfma, FusedParams  # noqa: E402
 from factory.ops.dwsep_conv_fwd.twopass import preferred_strip  # noqa: E402
-from factory.catalog import unspecialized_families  # noqa: E402
+from factory.catalog import specialized_instances, unspecialized_families  # noqa: E402
 from factory.selector import cell_instances, heuristic_pick, lookup  # noqa: E402
 
 
@@ -392,6 +392,44 @@ def test_the_prior_ranks_tiled_depthwise_points_first_where_the_output_has_rows(
     twin = [c for c in ranked if c.params == dataclasses.replace(first, depthwise=(
         DepthwisePass.DIRECT if tiled_first else DepthwisePass.TILED))]
     assert twin and ranked.index(twin[0]) > 0
+
+
+def test_the_prior_ranks_matrix_depthwise_points_below_their_direct_twins():
+    """Until measured on a GPU (bench/NOTES.md 111), each `_mx` point ranks below its direct twin."""
+    from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass
+    problem = SOLVER.parse_problem("N=64,C=288,K=224,input=33x33,filter=7x7,pad=3", Layout.NHWGC, DType.BF16)
+    ranked = [c for c in api.rank_candidates(problem, lookup(problem, target=H100), H100) if c.family == "twopass"]
+    matrix = [c for c in ranked if c.params.depthwise is DepthwisePass.MATRIX]
+    assert matrix
+    for point in matrix:
+        twin = [c for c in ranked if c.params == dataclasses.replace(point.params, depthwise=DepthwisePass.DIRECT)]
+        assert twin and ranked.index(twin[0]) < ranked.index(point)
+
+
+def test_matrix_depthwise_passes_serve_channels_last_2d_with_stride_1_along_w():
+    """`_mx` names parse back; only channels-last 2-D problems get them; stride 2 along W and a filter row
+    whose 8 outputs reach past 16 input columns are refused with the reason; a band's planes fit shared
+    memory, and the blocks cover every (sample, chunk, band of 16 rows by 64 columns)."""
+    from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass, matrix_blocks, matrix_shared_bytes
+    family = SOLVER.families["twopass"]
+
+    def matrix(problem):
+        return [i for i in lookup(problem, target=H100)
+                if i.family == "twopass" and i.params.depthwise is DepthwisePass.MATRIX]
+
+    problem = SOLVER.parse_problem("N=3,C=288,K=224,input=33x70,filter=7x7,pad=3", Layout.NHWGC, DType.BF16)
+    served = matrix(problem)
+    assert served and all("_mx_" in i.name and family.parse_suffix(i.params.suffix()) == i.params for i in served)
+    assert all(matrix_shared_bytes(i.params) <= H100.shared_optin for i in served)
+    assert matrix_blocks(problem) == 3 * 36 * 3 * 2  # samples x chunks x bands of rows x bands of columns
+    assert not matrix(SOLVER.parse_problem("N=3,C=288,K=224,input=33x70,filter=7x7,pad=3", Layout.NGCHW, DType.BF16))
+    assert not matrix(SOLVER.parse_problem("N=3,C=64,K=24,input=9x9x9,filter=3x3x3,pad=1", Layout.NHWGC, DType.BF16))
+    assert not matrix(SOLVER.parse_problem("N=3,C=64,K=24,input=300,filter=9,pad=4", Layout.NHWGC, DType.BF16))
+    strided = SOLVER.parse_problem("N=3,C=64,K=24,input=33x33,filter=3x3,stride=2,pad=1", Layout.NHWGC, DType.FP16)
+    wide = SOLVER.parse_problem("N=3,C=64,K=24,input=33x33,filter=5x5,dilation=3,pad=6", Layout.NHWGC, DType.FP16)
+    for refused in (strided, wide):
+        points = [i for i in specialized_instances(refused) if i.family == "twopass" and "_mx_" in i.name]
+        assert points and all("stride 1 along W" in i.why_not(refused, H100) for i in points)
 
 
 def test_rowtile_compiles_in_c():

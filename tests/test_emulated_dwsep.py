@@ -139,6 +139,18 @@ CASES = [
     # absent and its first padded.
     Case("twopass-ngchw-bf16-2d-tiled-grouped", "twopass", L.NGCHW, D.BF16, "N=1,C=4227,K=8,input=2x2,filter=3x3,pad=1",
          lambda p: p.depthwise.value == "tiled" and p.strip == 2),
+    # twopass channels-last with its depthwise pass on matrix instructions (`_mx`): two bands of 16 rows and two
+    # of 64 columns (20x70 under 7x7: the second band one tile of 6 columns), three chunks; C = 21 through the
+    # padded copy at stride 2 along H and dilation 2 along W (11 input columns a tile of 8), the padding
+    # channels' warps idle; nine chunks over two samples of 6 rows (10 of a band's 16 rows past the output).
+    Case("twopass-nhwgc-bf16-2d-matrix", "twopass", L.NHWGC, D.BF16,
+         "N=1,C=24,K=19,input=20x70,filter=7x7,pad=3,bias_dw=1,act_dw=relu6",
+         lambda p: p.depthwise.value == "matrix" and p.store.value == "staged"),
+    Case("twopass-nhwgc-fp16-2d-matrix-c21", "twopass", L.NHWGC, D.FP16,
+         "N=2,C=21,K=10,input=19x13,filter=3x3,stride=2x1,pad=1x2,dilation=1x2,bias_pw=1,act_dw=relu",
+         lambda p: p.depthwise.value == "matrix"),
+    Case("twopass-nhwgc-bf16-2d-matrix-chunks", "twopass", L.NHWGC, D.BF16, "N=2,C=72,K=8,input=6x9,filter=5x5,pad=2,bias_dw=1",
+         lambda p: p.depthwise.value == "matrix"),
     # rowtile: C under the instruction's depth (24 of 32, 8 of 16: zero channels in A and B), a row's last
     # strip part past its end (Wo = 19 under strips of 4) and a second tile along a row (Wo = 70 under 64),
     # K past a channel tile (72 under 64) and odd K (elements stored one by one), stride 2, dilation 2, 1-3 D.

@@ -1,6 +1,6 @@
 """On a GPU: dwsep_conv_fwd's `rowtile` points, twopass's staged-store points, its points with bulk tensor
-copies (`_tma`) and its NCHW-style tiled depthwise passes (`_tl`) against PyTorch's two convolutions on 50 seeded
-random shapes each that they serve.
+copies (`_tma`), its NCHW-style tiled depthwise passes (`_tl`) and its channels-last ones on matrix
+instructions (`_mx`) against PyTorch's two convolutions on 50 seeded random shapes each that they serve.
 
 Shapes: 1-3 D, filters of 1-9 taps a side, stride 1-2, dilation 1-2, N 1-8, sizes that are multiples of
 nothing, fp16 and bf16, biases and activations mixed; C a multiple of 8 up to 256 (rowtile's channels in one
@@ -75,6 +75,13 @@ def test_twopass_staged_stores_match_pytorch_on_random_shapes(gpu_backend):
 def test_twopass_bulk_copies_match_pytorch_on_random_shapes(gpu_backend):
     """The GEMM's operands by bulk tensor copies from a producer warp: the best-ranked point of each strip and store."""
     run_family("twopass", problem_drawer(False), gpu_backend, kind=lambda p: (p.strip, p.store.value), only=lambda p: p.tma)
+
+
+def test_twopass_matrix_depthwise_matches_pytorch_on_random_shapes(gpu_backend):
+    """Channels-last depthwise passes on matrix instructions (`_mx`, 2-D, stride 1 along W): the best-ranked point
+    of each store."""
+    run_family("twopass", problem_drawer(True), gpu_backend, kind=lambda p: p.store.value,
+               only=lambda p: p.depthwise.value == "matrix")
 
 
 def test_twopass_tiled_depthwise_matches_pytorch_on_random_shapes(gpu_backend):

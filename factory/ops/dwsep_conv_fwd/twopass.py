@@ -69,14 +69,18 @@ class Channels(Enum):
 
 
 class DepthwisePass(Enum):
-    """How NCHW-style kf_depthwise reads its input. DIRECT: a thread loads each of its chunk's channels' columns
-    from global memory, element by element (a 5x5 stride-2 strip of two positions: ~3700 instructions).
-    TILED (`_tl`): a block first copies its chunk's input window, coalesced along W, into shared memory as
-    16-byte chunks of channels by position (and the chunk's weights as floats), then its threads read a
-    column's CHUNK channels in one 16-byte load, as channels-last does."""
+    """How kf_depthwise computes. DIRECT: a thread loads its inputs from global memory, NCHW-style each of its
+    chunk's channels' columns element by element (a 5x5 stride-2 strip of two positions: ~3700 instructions).
+    TILED (`_tl`, NCHW-style): a block first copies its chunk's input window, coalesced along W, into shared
+    memory as 16-byte chunks of channels by position (and the chunk's weights as floats), then its threads read
+    a column's CHUNK channels in one 16-byte load, as channels-last does. MATRIX (`_mx`, channels-last 2-D,
+    stride 1 along W): a block copies a chunk's window into shared memory as one plane a channel, and each warp
+    computes a channel's filter rows as Toeplitz GEMMs on mma.sync (as conv_bwd_data's `dwm`), 16 output rows
+    by 8 columns an instruction, where the direct pass spends ~2.8 instructions an FMA (bench/NOTES.md 111)."""
 
     DIRECT = "direct"
     TILED = "tiled"
+    MATRIX = "matrix"
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class TwopassParams(StackedWarpgroups):
     # `_tma`: kf_main's operands by bulk tensor copies from a producer warp of its own, the warpgroups waiting on
     # per-stage barriers only (templates/common/igemm_kmajor_tma.h); else every thread's cp.async chunks.
     tma: bool = False
-    depthwise: DepthwisePass = DepthwisePass.DIRECT  # NCHW-style only, TILED (`_tl`)
+    depthwise: DepthwisePass = DepthwisePass.DIRECT  # TILED (`_tl`), MATRIX (`_mx`)
 
     def __post_init__(self) -> None:
         self.check_block()
@@ -118,7 +122,7 @@ class TwopassParams(StackedWarpgroups):
         padded = "_cpadded" if self.channels is Channels.PADDED else ""
         staged = "_st" if self.store is TileStore.STAGED else ""
         tma = "_tma" if self.tma else ""
-        tiled = "_tl" if self.depthwise is DepthwisePass.TILED else ""
+        tiled = {DepthwisePass.DIRECT: "", DepthwisePass.TILED: "_tl", DepthwisePass.MATRIX: "_mx"}[self.depthwise]
         return (f"b{self.block_m}x{self.block_n}x{self.block_k}_p{self.stages}_w{self.strip}{staged}{tma}{tiled}"
                 f"_{self.shape}{padded}")
 
@@ -138,7 +142,8 @@ class TwopassParams(StackedWarpgroups):
             "depthwise_threads": DEPTHWISE_THREADS, "group_chunks": group_chunks(self.compiled),
             "whole_chunks": "true" if self.channels is Channels.WHOLE else "false",
             "staged_store": self.store is TileStore.STAGED, "tma": self.tma, "wgmma_overlap": self.tma,
-            "tiled": self.depthwise is DepthwisePass.TILED,
+            "tiled": self.depthwise is DepthwisePass.TILED, "matrix": self.depthwise is DepthwisePass.MATRIX,
+            "mma_rows": self.depthwise is DepthwisePass.MATRIX, "mx_tiles": MATRIX_TILES,
             "wgmma_a_k_major": True, "wgmma_b_k_major": True}
         for name in ("filter", "stride", "dilation"):
             values[name] = cl.pad_to_3d(getattr(self.compiled, name), 1)  # (D, H, W)
@@ -146,7 +151,7 @@ class TwopassParams(StackedWarpgroups):
 
 
 _SUFFIX_RE = re.compile(r"b(?P<block_m>\d+)x(?P<block_n>\d+)x(?P<block_k>\d+)_p(?P<stages>\d+)_w(?P<strip>\d+)"
-                        r"(?P<store>_st)?(?P<tma>_tma)?(?P<depthwise>_tl)?_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
+                        r"(?P<store>_st)?(?P<tma>_tma)?(?P<depthwise>_tl|_mx)?_(?P<shape>k[0-9x]+s[0-9x]+d[0-9x]+)(?:_c(?P<channels>padded))?")
 
 
 class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
@@ -166,11 +171,14 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
     def parse_suffix(self, suffix: str) -> TwopassParams | None:
         return params_from_suffix(self.suffix_re, TwopassParams, suffix,
                                   {"shape": str, "channels": Channels, "store": lambda _: TileStore.STAGED,
-                                   "tma": lambda _: True, "depthwise": lambda _: DepthwisePass.TILED})
+                                   "tma": lambda _: True,
+                                   "depthwise": lambda s: DepthwisePass.TILED if s == "_tl" else DepthwisePass.MATRIX})
 
     def cell_allows(self, params: TwopassParams, layout: Layout, dtype: DType, ndim: int) -> bool:
-        tiled_fits = params.depthwise is DepthwisePass.DIRECT or layout is Layout.NGCHW  # channels-last reads 16 bytes
-        return len(params.compiled.filter) == ndim and tiled_fits
+        fits = {DepthwisePass.DIRECT: True,
+                DepthwisePass.TILED: layout is Layout.NGCHW,  # channels-last already reads 16 bytes a column
+                DepthwisePass.MATRIX: layout is Layout.NHWGC and ndim == 2}[params.depthwise]
+        return len(params.compiled.filter) == ndim and fits
 
     def why_not(self, p: TwopassParams, problem: DwsepProblem, target: DeviceTarget) -> str | None:
         wrong = self.wrong_shape(p.shape, p.compiled, problem)
@@ -186,11 +194,15 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                       problem.positions * padded_channels(problem))
         if largest > INT32_LIMIT:
             return "a tensor or the workspace has 2**31 elements or more; the kernels index with 32-bit integers"
+        if p.depthwise is DepthwisePass.MATRIX:
+            reason = matrix_pass_reason(p, target)
+            if reason:
+                return reason
         tile = DepthwiseTile.of(p, problem, target) if p.depthwise is DepthwisePass.TILED else None
         if tile is not None and tile.shared_bytes(p) > target.shared_optin:
             return (f"the depthwise pass's input window needs {tile.shared_bytes(p)} bytes of shared "
                     f"memory, over the {target.shared_optin} of {target.arch}")
-        if problem.channels_last and shared_weights_bytes(p.compiled) > target.shared_optin:
+        if problem.channels_last and p.depthwise is DepthwisePass.DIRECT and shared_weights_bytes(p.compiled) > target.shared_optin:
             return (f"the depthwise pass's shared weights need {shared_weights_bytes(p.compiled)} bytes, over the "
                     f"{target.shared_optin} of {target.arch}")
         shared = p.main_shared_bytes()
@@ -257,7 +269,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
                      or (problem.channels_last and Channels.of(problem.C) is Channels.PADDED))
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
-        tiled = _tiled_prior(problem) if p.depthwise is DepthwisePass.TILED else 0.0
+        tiled = {DepthwisePass.DIRECT: 0.0, DepthwisePass.TILED: _tiled_prior(problem),
+                 DepthwisePass.MATRIX: -MATRIX_PRIOR_GAP}[p.depthwise]
         return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma + tiled
 
 
@@ -279,6 +292,7 @@ TMA_PRIOR_GAP = 0.5
 # the plane, below them elsewhere (bench/NOTES.md 106; _tiled_prior).
 TILED_PREFERENCE = 0.3
 TILED_PRIOR_GAP = 0.3
+MATRIX_PRIOR_GAP = 0.4  # `_mx` below its direct twin until measured on a GPU (bench/NOTES.md 111)
 TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
 FEW_NCHW_THREADS = 2**15  # the same NCHW-style, where a thread's registers leave fewer of them resident
@@ -414,6 +428,8 @@ def _depthwise_launch(p: TwopassParams, problem: DwsepProblem, target: DeviceTar
     group's weights in shared memory; at most DEPTHWISE_BLOCKS_PER_SM blocks an SM. NCHW-style, a thread a
     (strip, chunk), DEPTHWISE_THREADS to a block; tiled, a block a DepthwiseTile."""
     block = (DEPTHWISE_THREADS, 1, 1)
+    if p.depthwise is DepthwisePass.MATRIX:
+        return Launch("kf_depthwise", (matrix_blocks(problem), 1, 1), block, args, shared_bytes=matrix_shared_bytes(p))
     if p.depthwise is DepthwisePass.TILED:
         tile = DepthwiseTile.of(p, problem, target)
         sizes = (I32(tile.chunks), I32(tile.rows), I32(tile.strips))
@@ -428,6 +444,50 @@ def _depthwise_launch(p: TwopassParams, problem: DwsepProblem, target: DeviceTar
     strip_blocks = math.ceil(_depthwise_threads(problem, p.strip) // chunks / per_block)
     blocks = min(strip_blocks, max(1, DEPTHWISE_BLOCKS_PER_SM * target.processors // groups))
     return Launch("kf_depthwise", (groups * blocks, 1, 1), block, args, shared_bytes=shared_weights_bytes(p.compiled))
+
+
+MATRIX_TILES = 8  # `_mx`: column tiles of 8 a block's band at most (64 output columns), by 16 rows
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync m16n8k16: output rows, output columns, input columns an instruction
+
+
+def matrix_window(p: TwopassParams) -> tuple[int, int]:
+    """`_mx`: a channel's window in shared memory at most, as (input rows, row pitch in elements): the band's 16
+    output rows through the filter's rows, and the last column tile's 16 input columns, the pitch an odd count
+    of 16-byte units (ldmatrix's eight rows then fall in distinct banks)."""
+    _, fy, _ = cl.pad_to_3d(p.compiled.filter, 1)
+    _, sh, _ = cl.pad_to_3d(p.compiled.stride, 1)
+    _, dh, _ = cl.pad_to_3d(p.compiled.dilation, 1)
+    unit = 16 // OPERAND_BYTES
+    columns = (MATRIX_TILES - 1) * MMA_N + MMA_K
+    return (MMA_M - 1) * sh + (fy - 1) * dh + 1, ((columns // unit) | 1) * unit
+
+
+def matrix_shared_bytes(p: TwopassParams) -> int:
+    """`_mx` kf_depthwise's shared memory: a block's chunk, CHUNK planes and CHUNK x taps weights."""
+    rows, pitch = matrix_window(p)
+    return CHUNK * (rows * pitch + math.prod(p.compiled.filter)) * OPERAND_BYTES
+
+
+def matrix_blocks(problem: DwsepProblem) -> int:
+    """`_mx` kf_depthwise's grid: samples x chunks x bands of 16 rows by MATRIX_TILES x 8 columns."""
+    _, out_h, out_w = cl.pad_to_3d(problem.output, 1)
+    bands = math.ceil(out_h / MMA_M) * math.ceil(out_w / (MATRIX_TILES * MMA_N))
+    return problem.N * padded_channels(problem) // CHUNK * bands
+
+
+def matrix_pass_reason(p: TwopassParams, target: DeviceTarget) -> str | None:
+    """Why an `_mx` point cannot serve its shape, or None: 8 outputs' inputs along W must fall within one
+    instruction's 16 columns (stride 1 along W, (FX - 1) x dilation of 8 or less), and the planes fit."""
+    _, _, sw = cl.pad_to_3d(p.compiled.stride, 1)
+    _, _, fx = cl.pad_to_3d(p.compiled.filter, 1)
+    _, _, dw = cl.pad_to_3d(p.compiled.dilation, 1)
+    if sw != 1 or (MMA_N - 1) + (fx - 1) * dw >= MMA_K:
+        return (f"the depthwise pass on matrix instructions takes stride 1 along W and (FX - 1) x dilation of "
+                f"{MMA_K - MMA_N} or less, not stride {sw}, FX={fx}, dilation {dw}")
+    if matrix_shared_bytes(p) > target.shared_optin:
+        return (f"the depthwise pass's planes need {matrix_shared_bytes(p)} bytes of shared memory, over the "
+                f"{target.shared_optin} of {target.arch}")
+    return None
 
 
 def operand_maps(p: TwopassParams, problem: DwsepProblem, pointwise: Buf) -> tuple[TensorMap, TensorMap]:

@@ -1,11 +1,13 @@
 # Twopass channels-last with its depthwise pass on matrix instructions (`_mx` points, added beside the others,
 # whose sources are unchanged; bench/NOTES.md 111), prepared on branch prepared/depthwise-on-matrix-instructions.
 # One H200 call each (`.whl/` carried):
-#   bash bench/results/h200-depthwise-matrix/plan.sh verify   (~4 min: every twopass instance against the numpy
+#   bash bench/results/h200-depthwise-matrix/plan.sh verify   (~4.5 min: every twopass instance against the numpy
 #        reference, outputs poisoned; `_mx` points on 50 random channels-last shapes against PyTorch; ncu of
 #        kf_depthwise, `_mx` against the direct pass, on the C = 288 7x7 layer)
-#   bash bench/results/h200-depthwise-matrix/plan.sh current  (~5 min: every twopass point of the five layers in
-#        layers.txt, 7x7 and 3x3, small and large planes; the best `_mx` point against the best other)
+#   bash bench/results/h200-depthwise-matrix/plan.sh quick    (~2 min: the heuristic's first 24 twopass points of
+#        each of the five layers in layers.txt and every `_mx` point; the best `_mx` point against the best other)
+#   bash bench/results/h200-depthwise-matrix/plan.sh current  (~7 min: the same with every twopass point)
+# layers.txt: two 7x7 layers at 33x33 and 48x48 (seeds 143 and 145), a 7x7 at 56x56, mnv1_b1024, a 3x3 at 112x112.
 set -u
 export LAYERS_FILE=bench/results/h200-depthwise-matrix/layers.txt SHOW=200 SPLIT=_mx_
 case "${1:-}" in
@@ -22,6 +24,7 @@ case "${1:-}" in
         python3 scripts/profile_one.py dwsep_conv_fwd NHWGC bf16 "N=64,C=288,K=224,input=33x33,filter=7x7,pad=3,bias_pw=1" "$i" \
         2>&1 | grep -E "^  kf_|Duration|Registers Per|Achieved Occ|DRAM Throughput|Compute \(SM\) Thr|inst_executed|lts__t"
     done ;;
+  quick) TOP=24 timeout 300 bash scripts/twopass_before_after.sh current ;;
   current) timeout 560 bash scripts/twopass_before_after.sh current ;;
-  *) echo "usage: bash bench/results/h200-depthwise-matrix/plan.sh verify|current" >&2; exit 2 ;;
+  *) echo "usage: bash bench/results/h200-depthwise-matrix/plan.sh verify|quick|current" >&2; exit 2 ;;
 esac

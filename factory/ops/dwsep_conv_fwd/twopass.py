@@ -260,7 +260,8 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         used = (rows / (math.ceil(rows / p.block_m) * p.block_m)) * (cols / (math.ceil(cols / p.block_n) * p.block_n))
         blocks = _tiles(p, problem) * (1 if problem.channels_last else problem.N)
         fill = min(math.log2(max(blocks, 1)) / math.log2(target.processors), 1.0)
-        off_strip = abs(math.log2(p.strip / preferred_strip(problem)))
+        # `_mx` tiles columns itself (a strip of 1 throughout): no strip to be away from.
+        off_strip = 0.0 if p.depthwise is DepthwisePass.MATRIX else abs(math.log2(p.strip / preferred_strip(problem)))
         work = problem.C * problem.K * math.prod(problem.filter)
         # Channels-last with C % CHUNK != 0 twopass reads a whole-chunk copy of its input (§103) where fused reads
         # element by element: it won all 5 such layers of seeds 131 and 137, two under WIDE_WORK (1.08x at 169 k,
@@ -270,7 +271,7 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
         tiled = {DepthwisePass.DIRECT: 0.0, DepthwisePass.TILED: _tiled_prior(problem),
-                 DepthwisePass.MATRIX: -MATRIX_PRIOR_GAP}[p.depthwise]
+                 DepthwisePass.MATRIX: _matrix_prior(problem)}[p.depthwise]
         return (TWOPASS_LEVEL if preferred else -TWOPASS_LEVEL) + used + fill - STRIP_STEP * off_strip + staged + tma + tiled
 
 
@@ -292,7 +293,12 @@ TMA_PRIOR_GAP = 0.5
 # the plane, below them elsewhere (bench/NOTES.md 106; _tiled_prior).
 TILED_PREFERENCE = 0.3
 TILED_PRIOR_GAP = 0.3
-MATRIX_PRIOR_GAP = 0.4  # `_mx` below its direct twin until measured on a GPU (bench/NOTES.md 111)
+# Depthwise passes on matrix instructions (`_mx`) above their direct twins where the filter has many taps and a
+# block's band of 16 x 64 outputs is not mostly empty, below them elsewhere (bench/NOTES.md 111; _matrix_prior).
+MATRIX_PREFERENCE = 0.3
+MATRIX_PRIOR_GAP = 0.4
+MATRIX_MIN_TAPS = 25  # taps in the plane: 5x5 won (1.11-1.14x), 3x3 lost, dilated or not (0.41-0.81x)
+MATRIX_MIN_FILL = 0.1  # a band's outputs in the plane: 0.19 (14x14) won 1.21x, 0.05 (7x7) lost 0.66x
 TMA_MIN_STAGES = 8  # reduction stages (64 channels each) from which bulk tensor copies rank first
 FEW_THREADS = 2**13  # kf_depthwise threads under which a longer strip leaves the GPU too little to run
 FEW_NCHW_THREADS = 2**15  # the same NCHW-style, where a thread's registers leave fewer of them resident
@@ -314,6 +320,25 @@ def _tiled_prior(problem: DwsepProblem) -> float:
     if not problem.has_rows or fy * fx == 1:
         return -TILED_PRIOR_GAP
     return TILED_PREFERENCE
+
+
+def _matrix_prior(problem: DwsepProblem) -> float:
+    """An `_mx` point's prior against its direct twin: above it where the filter has MATRIX_MIN_TAPS taps in the
+    plane or more and the bands of 16 x 64 outputs a block computes hold MATRIX_MIN_FILL real outputs or more,
+    below it elsewhere. A filter row costs the matrix pass about the same whatever its width (8 outputs' 16
+    input columns an instruction) where the direct pass pays every tap; a band's outputs past the plane's
+    edges are computed and thrown away.
+
+    On the H200 (bench/NOTES.md 111; the heuristic's first 24 twopass points and every `_mx` point of 12
+    channels-last layers, bench/results/h200-depthwise-matrix) the best `_mx` point beat the best other on the
+    four 7x7 layers with planes of 14x14 and more (1.21-1.36x), the three 5x5 ones (1.11-1.14x) and a 9x9 one
+    (1.87x), and lost on a 7x7 plane (0.66x), two 3x3 layers (0.47x, 0.78x) and a 3x3 dilated 2 (0.81x)."""
+    _, fy, fx = cl.pad_to_3d(problem.filter, 1)
+    _, out_h, out_w = cl.pad_to_3d(problem.output, 1)
+    fill = out_h * out_w / (matrix_bands(problem) * MMA_M * MATRIX_TILES * MMA_N)
+    if fy * fx < MATRIX_MIN_TAPS or fill < MATRIX_MIN_FILL:
+        return -MATRIX_PRIOR_GAP
+    return MATRIX_PREFERENCE
 
 
 def preferred_strip(problem: DwsepProblem) -> int:
@@ -468,11 +493,15 @@ def matrix_shared_bytes(p: TwopassParams) -> int:
     return CHUNK * (rows * pitch + math.prod(p.compiled.filter)) * OPERAND_BYTES
 
 
-def matrix_blocks(problem: DwsepProblem) -> int:
-    """`_mx` kf_depthwise's grid: samples x chunks x bands of 16 rows by MATRIX_TILES x 8 columns."""
+def matrix_bands(problem: DwsepProblem) -> int:
+    """`_mx`: a plane's bands of 16 output rows by MATRIX_TILES x 8 columns, a block each a sample and chunk."""
     _, out_h, out_w = cl.pad_to_3d(problem.output, 1)
-    bands = math.ceil(out_h / MMA_M) * math.ceil(out_w / (MATRIX_TILES * MMA_N))
-    return problem.N * padded_channels(problem) // CHUNK * bands
+    return math.ceil(out_h / MMA_M) * math.ceil(out_w / (MATRIX_TILES * MMA_N))
+
+
+def matrix_blocks(problem: DwsepProblem) -> int:
+    """`_mx` kf_depthwise's grid: samples x chunks x bands."""
+    return problem.N * padded_channels(problem) // CHUNK * matrix_bands(problem)
 
 
 def matrix_pass_reason(p: TwopassParams, target: DeviceTarget) -> str | None:

@@ -1,9 +1,11 @@
-"""What the regret scripts (budget_regret.py, nearest_regret.py, prior_fit.py) share: opening a tuning DB
-tuned in full, and summing regrets up."""
+"""What the regret and timing scripts (budget_regret.py, nearest_regret.py, prior_fit.py, retune_budget.py,
+time_instances.py) share: opening a tuning DB tuned in full, summing regrets up, name patterns as arguments."""
 
 from __future__ import annotations
 
+import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Iterable, Mapping, NoReturn
@@ -26,6 +28,14 @@ def fail(message: str) -> NoReturn:
     """End the script with `message` as one line on stderr, exit 2."""
     print(f"{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def pattern(text: str) -> "re.Pattern[str]":
+    """An argument taking a regular expression over instance names, or argparse's one-line error."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({exc})") from exc
 
 
 def geomean(values: list[float]) -> float:

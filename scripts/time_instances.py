@@ -26,6 +26,7 @@ from factory.ops.base import Role
 from factory.problem import DType, KernelFactoryError, Layout, Op
 from factory.selector import lookup
 from factory.sources import source_of
+from regret_common import pattern
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "int8": torch.int8, "int32": torch.int32}
@@ -44,14 +45,6 @@ def timed(fn, flush: torch.Tensor, reps: int = 20) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1000.0)
     return statistics.median(times)
-
-
-def pattern(text: str) -> "re.Pattern[str]":
-    """--also's regular expression, or argparse's one-line error."""
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({exc})") from exc
 
 
 def first_and_also(candidates: list, score, top: int, also: "re.Pattern[str] | None") -> list:

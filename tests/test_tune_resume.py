@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -307,7 +308,35 @@ def test_retune_budget_measures_the_first_candidates_a_stored_winner_was_decided
     assert gpu.timed == [] and "0 problems tuned again" in out
 
 
-@pytest.mark.parametrize("args", [["--op", "conv_fwd"], ["--reps", "1"], ["--budget", "0"]])
+def test_retune_budget_first_takes_only_problems_whose_first_candidates_hold_a_point_it_finds(
+        tmp_path, monkeypatch, capsys):
+    import runpy
+    from factory.api import rank_candidates
+
+    script = Path(__file__).parent.parent / "scripts" / "retune_budget.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    gpu = FakeGPU(PROBLEM, wrong=WRONG)
+    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: gpu)
+    ranked = [c.name for c in rank_candidates(PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]
+    path = tmp_path / "t.sqlite"
+    with TuningDB(str(path)) as db:
+        api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=2)
+
+    def retune(first: str) -> str:
+        gpu.timed.clear()
+        monkeypatch.setattr(sys, "argv", ["retune_budget.py", str(path), "--budget", "4", "--first", first])
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(str(script), run_name="__main__")
+        assert ended.value.code == 0
+        return capsys.readouterr().out
+
+    out = retune(re.escape(ranked[5]))  # the sixth candidate: not among the first four
+    assert gpu.timed == [] and "0 problems tuned again" in out and "--first" in out
+    out = retune(re.escape(ranked[3]))
+    assert sorted(gpu.timed) == sorted(set(ranked[2:4]) - WRONG) and "1 problems tuned again" in out
+
+
+@pytest.mark.parametrize("args", [["--op", "conv_fwd"], ["--reps", "1"], ["--budget", "0"], ["--first", "(_mx"]])
 def test_retune_budget_refuses_bad_arguments_in_one_line(args, tmp_path, monkeypatch, capsys):
     import runpy
 

@@ -288,6 +288,9 @@ def test_channel_tiles_cost_more_with_more_taps_and_less_in_fp32():
     # §105: channels-last with C % 8 != 0, twopass (reading a whole-chunk copy) won below WIDE_WORK too.
     (Layout.NHWGC, DType.BF16, "N=32,C=29,K=27,input=34x34,filter=3x3,pad=1", "twopass"),
     (Layout.NHWGC, DType.BF16, "N=32,C=32,K=27,input=34x34,filter=3x3,pad=1", "rowtile"),  # whole chunks: as before
+    # §112: where `_mx` pays, below WIDE_WORK too: 38.5 us (`_mx`) against 62.8 for fused's first at C = 80, K = 184.
+    (Layout.NHWGC, DType.FP16, "N=64,C=80,K=184,input=27x27,filter=5x5,pad=2,act_dw=relu,act_pw=relu", "twopass"),
+    (Layout.NHWGC, DType.FP16, "N=64,C=80,K=184,input=27x27,filter=3x3,pad=1,act_dw=relu,act_pw=relu", "fused"),
 ])
 def test_the_prior_takes_twopass_for_wide_channels_and_nchw_style_layers(layout, dtype, spec, family):
     assert heuristic_pick(SOLVER.parse_problem(spec, layout, dtype), target=H100).family == family

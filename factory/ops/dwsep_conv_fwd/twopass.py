@@ -266,8 +266,10 @@ class Twopass(WgmmaRules, CompiledShape, Family[TwopassParams, DwsepProblem]):
         # Channels-last with C % CHUNK != 0 twopass reads a whole-chunk copy of its input (§103) where fused reads
         # element by element: it won all 5 such layers of seeds 131 and 137, two under WIDE_WORK (1.08x at 169 k,
         # 1.18x at 7 k; bench/NOTES.md 105).
+        # Where `_mx` pays, twopass's depthwise pass costs less again: seed 147's C = 80, K = 184 5x5 at 27x27
+        # (368 k) ran 1.63x faster on an `_mx` point than on fused's first (bench/NOTES.md 112).
         preferred = (work >= (WIDE_WORK if problem.channels_last else NARROW_WORK)
-                     or (problem.channels_last and Channels.of(problem.C) is Channels.PADDED))
+                     or (problem.channels_last and Channels.of(problem.C) is Channels.PADDED) or matrix_pays(problem))
         staged = STAGED_PREFERENCE if p.store is TileStore.STAGED else 0.0
         tma = (TMA_PREFERENCE if long_reduction(problem) else -TMA_PRIOR_GAP) if p.tma else 0.0
         tiled = {DepthwisePass.DIRECT: 0.0, DepthwisePass.TILED: _tiled_prior(problem),
@@ -323,22 +325,30 @@ def _tiled_prior(problem: DwsepProblem) -> float:
 
 
 def _matrix_prior(problem: DwsepProblem) -> float:
-    """An `_mx` point's prior against its direct twin: above it where the filter has MATRIX_MIN_TAPS taps in the
-    plane or more and the bands of 16 x 64 outputs a block computes hold MATRIX_MIN_FILL real outputs or more,
-    below it elsewhere. A filter row costs the matrix pass about the same whatever its width (8 outputs' 16
-    input columns an instruction) where the direct pass pays every tap; a band's outputs past the plane's
-    edges are computed and thrown away.
+    """An `_mx` point's prior against its direct twin: MATRIX_PREFERENCE above it where matrix_pays, else
+    MATRIX_PRIOR_GAP below."""
+    return MATRIX_PREFERENCE if matrix_pays(problem) else -MATRIX_PRIOR_GAP
+
+
+def matrix_pays(problem: DwsepProblem) -> bool:
+    """Whether `_mx` points serve the problem and run faster than the direct pass: a channels-last 2-D problem
+    they reach, a filter of MATRIX_MIN_TAPS taps in the plane or more, and bands of 16 x 64 outputs (a block's)
+    holding MATRIX_MIN_FILL real outputs or more. A filter row costs the matrix pass about the same whatever
+    its width (8 outputs' 16 input columns an instruction) where the direct pass pays every tap; a band's
+    outputs past the plane's edges are computed and thrown away.
 
     On the H200 (bench/NOTES.md 111; the heuristic's first 24 twopass points and every `_mx` point of 12
     channels-last layers, bench/results/h200-depthwise-matrix) the best `_mx` point beat the best other on the
     four 7x7 layers with planes of 14x14 and more (1.21-1.36x), the three 5x5 ones (1.11-1.14x) and a 9x9 one
     (1.87x), and lost on a 7x7 plane (0.66x), two 3x3 layers (0.47x, 0.78x) and a 3x3 dilated 2 (0.81x)."""
-    _, fy, fx = cl.pad_to_3d(problem.filter, 1)
-    _, out_h, out_w = cl.pad_to_3d(problem.output, 1)
+    if not problem.channels_last or problem.ndim != 2:
+        return False
+    if _matrix_reach_reason(problem.stride, problem.filter, problem.dilation):
+        return False
+    fy, fx = problem.filter
+    out_h, out_w = problem.output
     fill = out_h * out_w / (matrix_bands(problem) * MMA_M * MATRIX_TILES * MMA_N)
-    if fy * fx < MATRIX_MIN_TAPS or fill < MATRIX_MIN_FILL:
-        return -MATRIX_PRIOR_GAP
-    return MATRIX_PREFERENCE
+    return fy * fx >= MATRIX_MIN_TAPS and fill >= MATRIX_MIN_FILL
 
 
 def preferred_strip(problem: DwsepProblem) -> int:
@@ -507,15 +517,23 @@ def matrix_blocks(problem: DwsepProblem) -> int:
 def matrix_pass_reason(p: TwopassParams, target: DeviceTarget) -> str | None:
     """Why an `_mx` point cannot serve its shape, or None: 8 outputs' inputs along W must fall within one
     instruction's 16 columns (stride 1 along W, (FX - 1) x dilation of 8 or less), and the planes fit."""
-    _, _, sw = cl.pad_to_3d(p.compiled.stride, 1)
-    _, _, fx = cl.pad_to_3d(p.compiled.filter, 1)
-    _, _, dw = cl.pad_to_3d(p.compiled.dilation, 1)
-    if sw != 1 or (MMA_N - 1) + (fx - 1) * dw >= MMA_K:
-        return (f"the depthwise pass on matrix instructions takes stride 1 along W and (FX - 1) x dilation of "
-                f"{MMA_K - MMA_N} or less, not stride {sw}, FX={fx}, dilation {dw}")
+    reach = _matrix_reach_reason(p.compiled.stride, p.compiled.filter, p.compiled.dilation)
+    if reach:
+        return reach
     if matrix_shared_bytes(p) > target.shared_optin:
         return (f"the depthwise pass's planes need {matrix_shared_bytes(p)} bytes of shared memory, over the "
                 f"{target.shared_optin} of {target.arch}")
+    return None
+
+
+def _matrix_reach_reason(stride: tuple[int, ...], filter_: tuple[int, ...], dilation: tuple[int, ...]) -> str | None:
+    """Why 8 outputs' inputs along W do not fall within one instruction's 16 columns, or None."""
+    _, _, sw = cl.pad_to_3d(stride, 1)
+    _, _, fx = cl.pad_to_3d(filter_, 1)
+    _, _, dw = cl.pad_to_3d(dilation, 1)
+    if sw != 1 or (MMA_N - 1) + (fx - 1) * dw >= MMA_K:
+        return (f"the depthwise pass on matrix instructions takes stride 1 along W and (FX - 1) x dilation of "
+                f"{MMA_K - MMA_N} or less, not stride {sw}, FX={fx}, dilation {dw}")
     return None
 
 

@@ -278,7 +278,9 @@ def test_a_budget_after_a_full_tune_keeps_the_faster_winner_it_did_not_measure(t
         assert stored(tmp_path / "t.sqlite")[1] == [(best.instance, best.median_us)]
 
 
-def test_retune_budget_measures_the_first_candidates_a_stored_winner_was_decided_without(tmp_path, monkeypatch, capsys):
+def _retune_budget_on_a_budget_2_tune(tmp_path, monkeypatch, capsys):
+    """A DB whose problem was tuned with a budget of 2 on FakeGPU; the prior's ranking; and a runner of
+    scripts/retune_budget.py on it (arguments after the DB), returning its output with the GPU's timings reset."""
     import runpy
     from factory.api import rank_candidates
 
@@ -291,48 +293,34 @@ def test_retune_budget_measures_the_first_candidates_a_stored_winner_was_decided
     with TuningDB(str(path)) as db:
         api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=2)
 
-    def retune() -> str:
+    def retune(*args: str) -> str:
         gpu.timed.clear()
-        monkeypatch.setattr(sys, "argv", ["retune_budget.py", str(path), "--budget", "6", "--reps", "4"])
+        monkeypatch.setattr(sys, "argv", ["retune_budget.py", str(path), *args])
         with pytest.raises(SystemExit) as ended:
             runpy.run_path(str(script), run_name="__main__")
         assert ended.value.code == 0
         return capsys.readouterr().out
 
-    out = retune()
+    return gpu, ranked, path, retune
+
+
+def test_retune_budget_measures_the_first_candidates_a_stored_winner_was_decided_without(tmp_path, monkeypatch, capsys):
+    gpu, ranked, path, retune = _retune_budget_on_a_budget_2_tune(tmp_path, monkeypatch, capsys)
+    out = retune("--budget", "6", "--reps", "4")
     assert sorted(gpu.timed) == sorted(set(ranked[2:6]) - WRONG)
     assert "1 problems tuned again" in out and PROBLEM.key in out
     best = min(set(ranked[:6]) - WRONG, key=fake_us)
     assert stored(path)[1][0][0] == best
-    out = retune()  # the first six all measured now: nothing to do
+    out = retune("--budget", "6", "--reps", "4")  # the first six all measured now: nothing to do
     assert gpu.timed == [] and "0 problems tuned again" in out
 
 
 def test_retune_budget_first_takes_only_problems_whose_first_candidates_hold_a_point_it_finds(
         tmp_path, monkeypatch, capsys):
-    import runpy
-    from factory.api import rank_candidates
-
-    script = Path(__file__).parent.parent / "scripts" / "retune_budget.py"
-    monkeypatch.syspath_prepend(str(script.parent))
-    gpu = FakeGPU(PROBLEM, wrong=WRONG)
-    monkeypatch.setattr(factory.backends, "get_backend", lambda *a, **k: gpu)
-    ranked = [c.name for c in rank_candidates(PROBLEM, lookup(PROBLEM, target=FAKE_TARGET), FAKE_TARGET)]
-    path = tmp_path / "t.sqlite"
-    with TuningDB(str(path)) as db:
-        api.tune_problem(PROBLEM, gpu, db, SETTINGS, budget=2)
-
-    def retune(first: str) -> str:
-        gpu.timed.clear()
-        monkeypatch.setattr(sys, "argv", ["retune_budget.py", str(path), "--budget", "4", "--first", first])
-        with pytest.raises(SystemExit) as ended:
-            runpy.run_path(str(script), run_name="__main__")
-        assert ended.value.code == 0
-        return capsys.readouterr().out
-
-    out = retune(re.escape(ranked[5]))  # the sixth candidate: not among the first four
+    gpu, ranked, _, retune = _retune_budget_on_a_budget_2_tune(tmp_path, monkeypatch, capsys)
+    out = retune("--budget", "4", "--first", re.escape(ranked[5]))  # the sixth candidate: not among the first four
     assert gpu.timed == [] and "0 problems tuned again" in out and "--first" in out
-    out = retune(re.escape(ranked[3]))
+    out = retune("--budget", "4", "--first", re.escape(ranked[3]))
     assert sorted(gpu.timed) == sorted(set(ranked[2:4]) - WRONG) and "1 problems tuned again" in out
 
 

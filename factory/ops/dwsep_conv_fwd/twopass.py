@@ -331,11 +331,11 @@ def _matrix_prior(problem: DwsepProblem) -> float:
 
 
 def matrix_pays(problem: DwsepProblem) -> bool:
-    """Whether `_mx` points serve the problem and run faster than the direct pass: a channels-last 2-D problem
-    they reach, a filter of MATRIX_MIN_TAPS taps in the plane or more, and bands of 16 x 64 outputs (a block's)
-    holding MATRIX_MIN_FILL real outputs or more. A filter row costs the matrix pass about the same whatever
-    its width (8 outputs' 16 input columns an instruction) where the direct pass pays every tap; a band's
-    outputs past the plane's edges are computed and thrown away.
+    """Whether `_mx` points would run faster than the direct pass: a channels-last 2-D problem they reach (their
+    shared memory is why_not's to check: matrix_pass_reason), a filter of MATRIX_MIN_TAPS taps in the plane or
+    more, and bands of 16 x 64 outputs (a block's) holding MATRIX_MIN_FILL real outputs or more. A filter row
+    costs the matrix pass about the same whatever its width (8 outputs' 16 input columns an instruction) where
+    the direct pass pays every tap; a band's outputs past the plane's edges are computed and thrown away.
 
     On the H200 (bench/NOTES.md 111; the heuristic's first 24 twopass points and every `_mx` point of 12
     channels-last layers, bench/results/h200-depthwise-matrix) the best `_mx` point beat the best other on the

@@ -350,8 +350,8 @@ def test_twopass_compiles_in_whether_c_fills_whole_chunks():
 def test_tiled_depthwise_passes_are_nchw_style_only_and_their_tiles_fit():
     """`_tl` names parse back; channels-last problems get none; a tile's threads fit a block, its windows
     TILE_WINDOW_BYTES, its blocks cover every strip, and chunks are grouped only while two waves remain."""
-    from factory.ops.dwsep_conv_fwd.twopass import (DEPTHWISE_THREADS, TILE_WAVES, TILE_WINDOW_BYTES, DepthwisePass,
-                                                     DepthwiseTile)
+    from factory.ops.dwsep_conv_fwd.twopass_depthwise import (DEPTHWISE_THREADS, TILE_WAVES, TILE_WINDOW_BYTES,
+                                                               DepthwisePass, DepthwiseTile)
     family = SOLVER.families["twopass"]
     channels_last = SOLVER.parse_problem("N=4,C=64,K=8,input=9x9,filter=3x3,pad=1", Layout.NHWGC, DType.FP16)
     assert not [i for i in lookup(channels_last, target=H100) if i.family == "twopass" and "_tl_" in i.name]
@@ -387,7 +387,7 @@ def test_tiled_depthwise_passes_are_nchw_style_only_and_their_tiles_fit():
     ("N=128,C=232,K=176,input=10x17x17,filter=3x1x1,stride=1x2x2,pad=1x0x0", False),  # 152.8 against 339.7
 ])
 def test_the_prior_ranks_tiled_depthwise_points_first_where_the_output_has_rows(spec, tiled_first):
-    from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass
+    from factory.ops.dwsep_conv_fwd.twopass_depthwise import DepthwisePass
     problem = SOLVER.parse_problem(spec, Layout.NGCHW, DType.BF16)
     ranked = [c for c in api.rank_candidates(problem, lookup(problem, target=H100), H100) if c.family == "twopass"]
     first = ranked[0].params
@@ -408,7 +408,8 @@ def test_the_prior_ranks_tiled_depthwise_points_first_where_the_output_has_rows(
 def test_the_prior_ranks_matrix_depthwise_points_first_where_the_filter_has_many_taps(spec, matrix_first):
     """`_mx` points rank above their direct twins at the preferred strip (and first) where the filter has 25 taps
     or more and a block's band of outputs is not mostly past the plane, below those twins elsewhere."""
-    from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass, preferred_strip
+    from factory.ops.dwsep_conv_fwd.twopass import preferred_strip
+    from factory.ops.dwsep_conv_fwd.twopass_depthwise import DepthwisePass
     problem = SOLVER.parse_problem(spec, Layout.NHWGC, DType.BF16)
     ranked = [c for c in api.rank_candidates(problem, lookup(problem, target=H100), H100) if c.family == "twopass"]
     assert (ranked[0].params.depthwise is DepthwisePass.MATRIX) == matrix_first
@@ -424,7 +425,7 @@ def test_matrix_depthwise_passes_serve_channels_last_2d_with_stride_1_along_w():
     """`_mx` names parse back; only channels-last 2-D problems get them; stride 2 along W and a filter row
     whose 8 outputs reach past 16 input columns are refused with the reason; a band's planes fit shared
     memory, and the blocks cover every (sample, chunk, band of 16 rows by 64 columns)."""
-    from factory.ops.dwsep_conv_fwd.twopass import DepthwisePass, matrix_blocks, matrix_shared_bytes
+    from factory.ops.dwsep_conv_fwd.twopass_depthwise import DepthwisePass, matrix_blocks, matrix_shared_bytes
     family = SOLVER.families["twopass"]
 
     def matrix(problem):

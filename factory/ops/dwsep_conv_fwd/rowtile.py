@@ -30,7 +30,7 @@ from ..conv.shape import CompiledShape, Shape
 from ..conv.warpgroups import OPERAND_BYTES
 from .fused import GRID_Y_LIMIT, INT32_LIMIT, dwsep_args
 from .problem import DwsepProblem
-from .twopass import redundant_strip_reason
+from .twopass_depthwise import redundant_strip_reason
 
 CELLS = frozenset((Layout.NHWGC, dtype, ndim) for dtype in (DType.FP16, DType.BF16) for ndim in (1, 2, 3))
 CHUNK = 8  # channels of a depthwise thread: 16 bytes

@@ -18,6 +18,9 @@ there; where it does not it makes a DRAM round trip that `fused` never makes, wh
 fp16 / bf16. The workspace's rows and the GEMM's weight rows are whole 16-byte chunks: where C is not a
 multiple of 8 they are padded with zero channels, the pointwise weights copied so padded by kf_depthwise
 into the workspace after the depthwise outputs.
+
+This module holds the family (points, what serves a problem, the prior) and kf_main's launch; how each
+depthwise pass lays out kf_depthwise's blocks, windows and grid is twopass_depthwise.py's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # The two prepared twopass changes together (bench/NOTES.md 116 `_pt`, 117 `_mxc4`), new points beside the others
-# (whose sources are unchanged): apply persistent-and-narrow.patch first (`git apply`, on the commit that added it;
-# ../h200-persistent-main/ and ../h200-mx-narrow/ hold each change alone). One H200 call each (`.whl/` carried):
+# (whose sources are unchanged): apply persistent-and-narrow.patch first (`git apply`, on the commit that added
+# it). One H200 call each (`.whl/` carried):
 #   bash bench/results/h200-next-measure/plan.sh verify  (~5 min: every twopass instance against the numpy reference,
 #        outputs poisoned; the `_pt` and the `_mx`/`_mxc4` points on 50 random channels-last shapes each against
 #        PyTorch; ncu of kf_main (`_pt` against the best other) and of kf_depthwise (`_mxc4` against `_mx`))
